@@ -1,0 +1,38 @@
+"""fairagg: the reference implementation of fair federated-learning aggregation rules.
+
+Every formula is NumPy float64 first (the specification); Numba and CUDA code paths are
+optimisations tested equal to it. See ``SPEC.md``-style citations in each docstring.
+"""
+
+from __future__ import annotations
+
+from .rules import RULES, RuleSpec, make_rule
+from .rules.fedavg import (
+    apply_weighted_update,
+    fairavg,
+    fairavg_weights,
+    fedavg,
+    fedavg_weights,
+)
+from .simulate import History, simulate
+from .types import Aggregate, EmptyState, RoundReports, Rule, make_reports
+
+__all__ = [
+    "RULES",
+    "Aggregate",
+    "EmptyState",
+    "History",
+    "RoundReports",
+    "Rule",
+    "RuleSpec",
+    "apply_weighted_update",
+    "fairavg",
+    "fairavg_weights",
+    "fedavg",
+    "fedavg_weights",
+    "make_reports",
+    "make_rule",
+    "simulate",
+]
+
+__version__ = "0.1.0"

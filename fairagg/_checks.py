@@ -1,0 +1,198 @@
+"""Input validation shared by every public function (DESIGN.md, "Bad input").
+
+Public functions validate once at the boundary and raise :class:`TypeError` (wrong kind of thing)
+or :class:`ValueError` (right kind, wrong value) with a message that names the argument, what was
+expected and what was given. Nothing here uses ``assert``: checks must survive ``python -O``.
+Kernels behind these checks assume validated input.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "as_int_array",
+    "check_choice",
+    "check_finite",
+    "check_int",
+    "check_real",
+    "check_same_length",
+]
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"an array of dtype {x.dtype} and shape {x.shape}"
+    return f"{type(x).__name__} {x!r}" if np.ndim(x) == 0 else f"{type(x).__name__}"
+
+
+def check_finite(a: np.ndarray, name: str) -> np.ndarray:
+    """Raise ``ValueError`` if ``a`` holds NaN or infinity; return ``a``."""
+    if a.size and not np.all(np.isfinite(a)):
+        n_nan = int(np.count_nonzero(np.isnan(a)))
+        n_inf = int(np.count_nonzero(np.isinf(a)))
+        raise ValueError(
+            f"{name} must be finite; got {n_nan} NaN and {n_inf} infinite value(s) "
+            f"in an array of shape {a.shape}"
+        )
+    return a
+
+
+def as_float_array(
+    x: Any,
+    name: str,
+    *,
+    ndim: int | None = None,
+    shape: Sequence[int | None] | None = None,
+    dtype: Any = None,
+    allow_int: bool = False,
+    finite: bool = True,
+    min_size: int = 0,
+) -> np.ndarray:
+    """Convert ``x`` to a float32/float64 array and validate it.
+
+    Parameters
+    ----------
+    x : array_like
+        Input. Python sequences of numbers are converted to float64.
+    name : str
+        Argument name used in error messages.
+    ndim : int, optional
+        Required number of dimensions.
+    shape : sequence of int or None, optional
+        Required shape; ``None`` entries match any length.
+    dtype : {None, float32, float64}, optional
+        Cast to this dtype. ``None`` keeps a float32/float64 input's dtype (float64 otherwise).
+    allow_int : bool
+        Accept integer/bool arrays (cast to float64). Integer *ndarrays* are otherwise rejected so
+        that a float kernel never silently truncates.
+    finite : bool
+        Reject NaN and infinity.
+    min_size : int
+        Minimum length of the leading axis.
+
+    Returns
+    -------
+    ndarray
+        The validated array (the input itself when no conversion was needed).
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:  # ragged nested sequences
+            raise TypeError(f"{name} must be an array of numbers; got {_describe(x)}") from exc
+        if arr.dtype.kind in "biu":
+            arr = arr.astype(np.float64)
+    kind = arr.dtype.kind
+    if kind in "biu":
+        if not allow_int:
+            raise TypeError(
+                f"{name} must be a floating-point array (float32 or float64); got dtype "
+                f"{arr.dtype}. Cast it explicitly, e.g. {name}.astype(np.float64)"
+            )
+        arr = arr.astype(np.float64)
+    elif kind != "f":
+        raise TypeError(f"{name} must be an array of real numbers; got {_describe(x)}")
+    if dtype is not None:
+        target = np.dtype(dtype)
+        if target not in FLOAT_DTYPES:
+            raise ValueError(f"dtype must be float32 or float64; got {target}")
+        if arr.dtype != target:
+            arr = arr.astype(target)
+    elif arr.dtype not in FLOAT_DTYPES:  # float16, longdouble
+        arr = arr.astype(np.float64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional; got shape {arr.shape}")
+    if shape is not None:
+        if arr.ndim != len(shape) or any(
+            want is not None and got != want for got, want in zip(arr.shape, shape, strict=True)
+        ):
+            want_str = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"{name} must have shape {want_str}; got {arr.shape}")
+    if min_size and (arr.ndim == 0 or arr.shape[0] < min_size):
+        raise ValueError(
+            f"{name} must have at least {min_size} entr{'y' if min_size == 1 else 'ies'} "
+            f"along its first axis; got shape {arr.shape}"
+        )
+    if finite:
+        check_finite(arr, name)
+    return arr
+
+
+def as_int_array(
+    x: Any, name: str, *, ndim: int | None = 1, min_value: int | None = None
+) -> np.ndarray:
+    """Convert ``x`` to an int64 array, rejecting floats with a fractional part."""
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise TypeError(f"{name} must hold integers; got non-integral values")
+    elif arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an array of integers; got {_describe(x)}")
+    arr = arr.astype(np.int64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional; got shape {arr.shape}")
+    if min_value is not None and arr.size and arr.min() < min_value:
+        raise ValueError(f"{name} must be >= {min_value}; got minimum {arr.min()}")
+    return arr
+
+
+def check_real(
+    x: Any,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Validate a finite real scalar in an optional (half-)open interval; return it as float."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {_describe(x)}")
+    v = float(x)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite; got {v}")
+    if low is not None and (v < low or (low_open and v == low)):
+        op = ">" if low_open else ">="
+        raise ValueError(f"{name} must be {op} {low}; got {v}")
+    if high is not None and (v > high or (high_open and v == high)):
+        op = "<" if high_open else "<="
+        raise ValueError(f"{name} must be {op} {high}; got {v}")
+    return v
+
+
+def check_int(x: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """Validate an integer scalar (not bool, not float) in ``[low, high]``; return it as int."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {_describe(x)}")
+    v = int(x)
+    if low is not None and v < low:
+        raise ValueError(f"{name} must be >= {low}; got {v}")
+    if high is not None and v > high:
+        raise ValueError(f"{name} must be <= {high}; got {v}")
+    return v
+
+
+def check_choice(x: Any, name: str, choices: Sequence[str]) -> str:
+    """Validate that ``x`` is one of the strings ``choices``."""
+    if not isinstance(x, str) or x not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {x!r}")
+    return x
+
+
+def check_same_length(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray) -> None:
+    """Raise ``ValueError`` unless ``a`` and ``b`` have the same leading length."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"{name_a} and {name_b} must have the same length along the client axis; "
+            f"got {a.shape[0]} and {b.shape[0]}"
+        )

@@ -1,0 +1,477 @@
+"""The ``fairagg`` command line: ``run``, ``compare`` and ``rules``.
+
+``fairagg run`` with no argument reproduces the FairAvg paper's Synthetic set-up (Table 1: 30
+clients, power-law sizes, a two-dense-layer network, SGD with lr 0.01, F = 20 local epochs,
+batch 10, 200 rounds, K' = 10 reporting clients) on Synthetic(1, 1). Bad arguments print one line
+and exit with status 2; a run that fails midway keeps the rounds it recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from . import __version__
+from .metrics import fairness_summary
+from .rules import RULES
+
+__all__ = ["main"]
+
+#: Columns of the per-run summary tables, with their headers.
+TABLE_COLUMNS = (
+    ("average", "Average"),
+    ("worst_10", "Worst 10%"),
+    ("best_10", "Best 10%"),
+    ("variance", "Variance"),
+    ("angle", "Angle (°)"),
+    ("kl", "KL(a||u)"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"fairagg: error: {message}\n")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not vals:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return vals
+
+
+def _rule_list(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in RULES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown rule {', '.join(unknown) or text!r}; choose from {', '.join(RULES)}"
+        )
+    return names
+
+
+def _rule_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    for cast in (int, float):
+        try:
+            return key, cast(raw)
+        except ValueError:
+            pass
+    return key, {"true": True, "false": False}.get(raw.lower(), raw)
+
+
+def _add_experiment_args(p: argparse.ArgumentParser) -> None:
+    from .data import DATA_SPECS
+
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data",
+        default="synthetic:1,1",
+        metavar="SPEC",
+        help=f"dataset: {'; '.join(DATA_SPECS)} (default: %(default)s)",
+    )
+    g.add_argument("--clients", type=int, default=30, help="number of clients K (default: 30)")
+    g.add_argument(
+        "--test-fraction", type=float, default=0.2, help="per-client test split (default: 0.2)"
+    )
+    g.add_argument("--data-seed", type=int, default=0, help="seed of the data (default: 0)")
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model",
+        choices=("mlp", "logistic"),
+        default="mlp",
+        help="mlp: two dense layers as in the FairAvg paper (default); logistic",
+    )
+    g.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default: 32)")
+    g.add_argument("--activation", choices=("tanh", "relu"), default="tanh")
+    g.add_argument("--l2", type=float, default=0.0, help="L2 penalty on weights (default: 0)")
+    g = p.add_argument_group("training")
+    g.add_argument("--rounds", type=int, default=200, help="rounds T (default: 200)")
+    g.add_argument("--epochs", type=int, default=20, help="local epochs F (default: 20)")
+    g.add_argument("--batch", type=int, default=10, help="local batch size (default: 10)")
+    g.add_argument("--lr", type=float, default=0.01, help="local SGD step (default: 0.01)")
+    g.add_argument("--momentum", type=float, default=0.0, help="client momentum (default: 0)")
+    g.add_argument("--prox-mu", type=float, default=0.0, help="FedProx term μ (default: 0)")
+    g.add_argument(
+        "--sampling",
+        choices=("uniform", "proportional"),
+        default="uniform",
+        help="client sampling without replacement (default: uniform)",
+    )
+    g.add_argument("--eval-every", type=int, default=1, help="evaluate every N rounds")
+    g.add_argument(
+        "--rule-arg",
+        type=_rule_arg,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="hyper-parameter passed to the rule(s), repeatable",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="fairagg", description="Fair federated-learning aggregation, exactly.")
+    parser.add_argument("--version", action="version", version=f"fairagg {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="train with one rule and write results to --out")
+    run.add_argument(
+        "--rule",
+        choices=list(RULES),
+        default="fedavg",
+        metavar="RULE",
+        help=f"one of {', '.join(RULES)} (default: fedavg)",
+    )
+    run.add_argument(
+        "--clients-per-round",
+        type=int,
+        default=10,
+        help="reporting clients K' per round (default: 10)",
+    )
+    run.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/default"),
+        help="output folder (default: runs/default)",
+    )
+    _add_experiment_args(run)
+
+    cmp_ = sub.add_parser("compare", help="run several rules on identical data, samples, seeds")
+    cmp_.add_argument(
+        "--rules",
+        type=_rule_list,
+        default=["fedavg", "fairavg"],
+        help="comma-separated rule names (default: fedavg,fairavg)",
+    )
+    cmp_.add_argument(
+        "--clients-per-round",
+        type=_int_list,
+        default=[10],
+        metavar="K'[,K'...]",
+        help="one or more values of K' (default: 10)",
+    )
+    cmp_.add_argument(
+        "--seeds", type=_int_list, default=[0], metavar="S[,S...]", help="run seeds (default: 0)"
+    )
+    cmp_.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/compare"),
+        help="output folder (default: runs/compare)",
+    )
+    _add_experiment_args(cmp_)
+
+    sub.add_parser("rules", help="list the registered rules with their paper references")
+    return parser
+
+
+# ------------------------------------------------------------------------------------------------
+def _check_args(args: argparse.Namespace) -> None:
+    """Range checks with the flags' own names, before any data is generated or file written."""
+    kpr = (
+        args.clients_per_round
+        if isinstance(args.clients_per_round, list)
+        else [args.clients_per_round]
+    )
+    checks = [
+        ("--clients", args.clients >= 1, "at least 1"),
+        (
+            "--clients-per-round",
+            all(1 <= k <= args.clients for k in kpr),
+            f"between 1 and --clients ({args.clients})",
+        ),
+        ("--rounds", args.rounds >= 1, "at least 1"),
+        ("--epochs", args.epochs >= 1, "at least 1"),
+        ("--batch", args.batch >= 1, "at least 1"),
+        ("--lr", np.isfinite(args.lr) and args.lr > 0, "a finite number > 0"),
+        ("--momentum", 0 <= args.momentum < 1, "in [0, 1)"),
+        ("--prox-mu", np.isfinite(args.prox_mu) and args.prox_mu >= 0, "a finite number >= 0"),
+        ("--l2", np.isfinite(args.l2) and args.l2 >= 0, "a finite number >= 0"),
+        ("--hidden", args.hidden >= 1, "at least 1"),
+        ("--eval-every", args.eval_every >= 1, "at least 1"),
+        ("--test-fraction", 0 < args.test_fraction < 1, "in (0, 1)"),
+        ("--data-seed", args.data_seed >= 0, ">= 0"),
+    ]
+    seeds = getattr(args, "seeds", None) or [args.seed]
+    checks.append(("--seed" if hasattr(args, "seed") else "--seeds", min(seeds) >= 0, ">= 0"))
+    for flag, ok, want in checks:
+        if not ok:
+            raise ValueError(f"{flag} must be {want}")
+
+
+def _make_experiment(args: argparse.Namespace):
+    from models import make_model
+
+    from .data import load
+
+    data = load(
+        args.data, num_clients=args.clients, seed=args.data_seed, test_fraction=args.test_fraction
+    )
+    kw: dict[str, Any] = {"l2": args.l2}
+    if args.model == "mlp":
+        kw.update(n_hidden=args.hidden, activation=args.activation)
+    model = make_model(args.model, data.n_features, data.n_classes, **kw)
+    return data, model
+
+
+def _run_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out: Path, label: str):
+    """One simulation that streams its per-round CSV to ``out`` and saves its history."""
+    from .rules import make_rule
+    from .simulate import History, simulate
+
+    rule = make_rule(rule_name, **dict(args.rule_arg))
+    history = History()
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / f"{label}rounds.csv"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            [
+                "round",
+                "mean_test_accuracy",
+                "client_mean",
+                "worst_10",
+                "best_10",
+                "variance",
+                "mean_train_loss",
+                "time_local_s",
+                "time_aggregate_s",
+            ]
+        )
+
+        def on_round(h: History) -> None:
+            t = int(h.round[-1])
+            row: list[Any] = [t]
+            if int(h.eval_round[-1]) == t:
+                s = fairness_summary(h.test_accuracy[-1], h.num_test_samples)
+                row += [
+                    f"{s[k]:.4f}"
+                    for k in ("average", "client_mean", "worst_10", "best_10", "variance")
+                ]
+                row.append(f"{h.mean_train_loss()[-1]:.6f}")
+            else:
+                row += [""] * 6
+            row += [f"{h.time_local[-1]:.5f}", f"{h.time_aggregate[-1]:.6f}"]
+            writer.writerow(row)
+            fh.flush()
+
+        try:
+            simulate(
+                rule,
+                model,
+                data,
+                rounds=args.rounds,
+                clients_per_round=k_per_round,
+                epochs=args.epochs,
+                batch_size=args.batch,
+                lr=args.lr,
+                momentum=args.momentum,
+                prox_mu=args.prox_mu,
+                sampling=args.sampling,
+                seed=seed,
+                eval_every=args.eval_every,
+                history=history,
+                callback=on_round,
+                progress=not args.quiet,
+            )
+        finally:
+            history.config.update(data=args.data, data_seed=args.data_seed)
+            history.save(out / f"{label}history.npz")
+    return history
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        cells = zip(r, widths, strict=True)
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(cells))
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def _write_client_csv(path: Path, data, h) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "client",
+                "n_train",
+                "n_test",
+                "test_accuracy",
+                "test_loss",
+                "train_accuracy",
+                "train_loss",
+            ]
+        )
+        for k in range(data.num_clients):
+            w.writerow(
+                [
+                    k,
+                    int(h.num_train_samples[k]),
+                    int(h.num_test_samples[k]),
+                    f"{h.test_accuracy[-1][k]:.6f}",
+                    f"{h.test_loss[-1][k]:.6f}",
+                    f"{h.train_accuracy[-1][k]:.6f}",
+                    f"{h.train_loss[-1][k]:.6f}",
+                ]
+            )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+
+    rule_name = args.rule
+    out: Path = args.out
+    _check_args(args)
+    data, model = _make_experiment(args)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    config["rule"] = rule_name
+    config["rule_arg"] = dict(args.rule_arg)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    print(
+        f"{data.name}: {data.num_clients} clients, {int(data.num_train_samples.sum())} train / "
+        f"{int(data.num_test_samples.sum())} test samples; model {model!r}",
+        file=sys.stderr,
+    )
+    t0 = time.perf_counter()
+    h = _run_one(args, data, model, rule_name, args.clients_per_round, args.seed, out, "")
+    summary = h.summary()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_client_csv(out / "clients.csv", data, h)
+    plot_curves({rule_name: h}, out / "curves.png")
+    plot_accuracy_distribution({rule_name: h}, out / "accuracy_distribution.png")
+    plot_acf({rule_name: h}, out / "acf.png")
+    rows = [[k, _fmt(v, ".4f")] for k, v in summary.items()]
+    print(
+        f"\n{rule_name} after {h.num_rounds} rounds ({time.perf_counter() - t0:.1f} s); "
+        f"accuracies in %, over {data.num_clients} clients' test splits:"
+    )
+    print(_table(rows, ["metric", "value"]))
+    print(
+        f"\nwrote {out}/: config.json rounds.csv clients.csv summary.json history.npz "
+        "curves.png accuracy_distribution.png acf.png"
+    )
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+
+    out: Path = args.out
+    _check_args(args)
+    data, model = _make_experiment(args)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    config["rule_arg"] = dict(args.rule_arg)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    print(f"{data.name}: {data.num_clients} clients; model {model!r}", file=sys.stderr)
+    records: list[dict[str, Any]] = []
+    first: dict[str, Any] = {}
+    for kpr in args.clients_per_round:
+        for seed in args.seeds:
+            for rule_name in args.rules:
+                label = f"{rule_name}-k{kpr}-s{seed}-"
+                h = _run_one(args, data, model, rule_name, kpr, seed, out / "runs", label)
+                records.append(
+                    {"rule": rule_name, "clients_per_round": kpr, "seed": seed, **h.summary()}
+                )
+                if kpr == args.clients_per_round[0] and seed == args.seeds[0]:
+                    first[rule_name] = h
+    keys = [k for k in records[0] if k not in ("rule", "clients_per_round", "seed")]
+    with open(out / "summary.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["rule", "clients_per_round", "seed", *keys])
+        w.writeheader()
+        w.writerows(records)
+    rows = []
+    for kpr in args.clients_per_round:
+        for rule_name in args.rules:
+            sel = [r for r in records if r["rule"] == rule_name and r["clients_per_round"] == kpr]
+            row = [rule_name, str(kpr)]
+            for key, _ in TABLE_COLUMNS:
+                vals = [r[key] for r in sel if r[key] is not None]
+                if not vals:
+                    row.append("n/a")
+                elif len(sel) == 1:
+                    row.append(f"{vals[0]:.2f}" if key != "kl" else f"{vals[0]:.4f}")
+                else:
+                    spec = ".4f" if key == "kl" else ".2f"
+                    row.append(f"{np.mean(vals):{spec}} ± {np.std(vals):{spec}}")
+            rows.append(row)
+    header = ["rule", "K'"] + [h for _, h in TABLE_COLUMNS]
+    table = _table(rows, header)
+    n_seeds = len(args.seeds)
+    caption = (
+        f"Final test accuracy (%) over {data.num_clients} clients on {data.name}, "
+        f"{args.rounds} rounds; mean ± std over {n_seeds} seed(s)"
+        if n_seeds > 1
+        else f"Final test accuracy (%) over {data.num_clients} clients on {data.name}, "
+        f"{args.rounds} rounds, seed {args.seeds[0]}"
+    )
+    (out / "table.txt").write_text(caption + "\n" + table + "\n")
+    plot_curves(first, out / "curves.png")
+    plot_accuracy_distribution(first, out / "accuracy_distribution.png")
+    plot_acf(first, out / "acf.png")
+    print("\n" + caption)
+    print(table)
+    print(
+        f"\nwrote {out}/: config.json summary.csv table.txt curves.png "
+        "accuracy_distribution.png acf.png runs/"
+    )
+    return 0
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    del args
+    rows = [
+        [s.name, s.paper, s.equations, s.summary, ", ".join(s.needs) or "-"] for s in RULES.values()
+    ]
+    print(_table(rows, ["rule", "paper", "equations", "what it computes", "needs"]))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fairagg`` console script; returns the exit status."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    command = {"run": _cmd_run, "compare": _cmd_compare, "rules": _cmd_rules}[args.command]
+    try:
+        return command(args)
+    except (ValueError, ImportError) as exc:
+        print(f"fairagg: error: {exc}", file=sys.stderr)
+        return 2
+    except FloatingPointError as exc:
+        print(f"fairagg: error: {exc}; the rounds before it are saved", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fairagg: interrupted; the rounds completed so far are saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

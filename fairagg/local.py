@@ -1,0 +1,375 @@
+"""Local training of the selected clients: Numba-jitted minibatch SGD (DESIGN.md, spine step 2).
+
+Each selected client k starts from the global parameters θ^t and runs ``epochs`` passes of
+minibatch SGD over its training rows:
+
+.. math::
+
+    g &= \\nabla F_k(w; \\text{batch}) + \\mu_{\\text{prox}} (w - \\theta^t) \\\\
+    v &\\leftarrow \\mu v + g, \\qquad w \\leftarrow w - \\text{lr}\\, v \\qquad (v = 0
+    \\text{ at the start of every round})
+
+(plain SGD for μ = 0; the proximal term is FedProx's μ/2 ||w − θ^t||²; the momentum form is
+FedFa's client momentum, SPEC §9). The client then reports (SPEC §0) its update
+δ_k = θ^t − w, written straight into row i of the caller's (m, d) buffer, together with
+F_k(θ^t) and the training accuracy of θ^t, both computed on its whole training split **before**
+training.
+
+Conventions
+-----------
+- Each epoch visits the client's rows in a fresh random order; batches are consecutive slices of
+  that order, of ``batch_size`` rows except the last, which holds the remaining ``n_k mod B`` rows
+  when B does not divide n_k (nothing is dropped). Each step uses the batch's mean gradient.
+- The order of client k in round t comes from ``np.random.default_rng([seed, 1, t, k])``:
+  ``epochs`` successive calls of ``rng.permutation(n_k)`` (see :func:`client_shuffles`). It depends
+  on nothing else, so a run is bitwise reproducible and a client's update is the same whether the
+  clients are trained one by one or in parallel, and whoever else was selected.
+- :func:`sgd_reference` is the same algorithm in plain NumPy on the model's NumPy gradient: the
+  specification the Numba kernel is tested against.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from models import FlatModel
+from models._kernels import batch_loss_grad, work_size
+
+from ._checks import as_int_array, check_int, check_real
+
+__all__ = ["LocalResult", "client_shuffles", "sgd_reference", "train_clients"]
+
+#: Stream tag of the local-training shuffles in ``default_rng([seed, tag, round, client])``.
+SHUFFLE_STREAM = 1
+
+
+class LocalResult(NamedTuple):
+    """What :func:`train_clients` returns for the m clients it trained.
+
+    Attributes
+    ----------
+    deltas : ndarray, shape (m, d)
+        δ_k = θ^t − θ_k (the caller's buffer when one was passed).
+    losses : ndarray of float64, shape (m,)
+        F_k(θ^t): mean training loss of the received model, before training.
+    accuracies : ndarray of float64, shape (m,)
+        Training accuracy of θ^t, before training.
+    num_samples : ndarray of int64, shape (m,)
+        n_k, the size of each client's training split.
+    """
+
+    deltas: np.ndarray
+    losses: np.ndarray
+    accuracies: np.ndarray
+    num_samples: np.ndarray
+
+
+def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, client: int):
+    """The visiting order of one client's rows in one round, shape (epochs, num_samples).
+
+    Row e is ``rng.permutation(num_samples)`` for the e-th call on
+    ``rng = np.random.default_rng([seed, 1, round_index, client])``.
+    """
+    rng = np.random.default_rng([seed, SHUFFLE_STREAM, round_index, client])
+    out = np.empty((epochs, num_samples), dtype=np.int64)
+    for e in range(epochs):
+        out[e] = rng.permutation(num_samples)
+    return out
+
+
+@njit(cache=True)
+def _train_one(
+    theta, X, y, all_rows, lo, hi, perm, p0, epochs, B, lr, mu, prox, H, C, act, l2, delta
+):
+    d = theta.size
+    n = hi - lo
+    work = np.empty(work_size(H, C), dtype=theta.dtype)
+    no_grad = np.empty(0, dtype=theta.dtype)
+    loss0, correct0 = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work)
+    w = theta.copy()
+    v = np.zeros(d, dtype=theta.dtype)
+    g = np.empty(d, dtype=theta.dtype)
+    for e in range(epochs):
+        base = p0 + e * n
+        for s in range(0, n, B):
+            stop = min(s + B, n)
+            batch_loss_grad(w, X, y, perm, base + s, base + stop, H, C, act, l2, g, work)
+            if prox != 0.0:
+                for q in range(d):
+                    g[q] += prox * (w[q] - theta[q])
+            if mu != 0.0:
+                for q in range(d):
+                    v[q] = mu * v[q] + g[q]
+                    w[q] -= lr * v[q]
+            else:
+                for q in range(d):
+                    w[q] -= lr * g[q]
+    for q in range(d):
+        delta[q] = theta[q] - w[q]
+    return loss0, correct0 / n
+
+
+@njit(cache=True)
+def _train_serial(
+    theta,
+    X,
+    y,
+    all_rows,
+    los,
+    his,
+    perms,
+    p0s,
+    epochs,
+    B,
+    lr,
+    mu,
+    prox,
+    H,
+    C,
+    act,
+    l2,
+    deltas,
+    losses,
+    accs,
+):
+    for i in range(los.size):
+        losses[i], accs[i] = _train_one(
+            theta,
+            X,
+            y,
+            all_rows,
+            los[i],
+            his[i],
+            perms,
+            p0s[i],
+            epochs,
+            B,
+            lr,
+            mu,
+            prox,
+            H,
+            C,
+            act,
+            l2,
+            deltas[i],
+        )
+
+
+@njit(cache=True, parallel=True)
+def _train_parallel(
+    theta,
+    X,
+    y,
+    all_rows,
+    los,
+    his,
+    perms,
+    p0s,
+    epochs,
+    B,
+    lr,
+    mu,
+    prox,
+    H,
+    C,
+    act,
+    l2,
+    deltas,
+    losses,
+    accs,
+):
+    for i in prange(los.size):
+        losses[i], accs[i] = _train_one(
+            theta,
+            X,
+            y,
+            all_rows,
+            los[i],
+            his[i],
+            perms,
+            p0s[i],
+            epochs,
+            B,
+            lr,
+            mu,
+            prox,
+            H,
+            C,
+            act,
+            l2,
+            deltas[i],
+        )
+
+
+def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: Any):
+    return (
+        check_int(epochs, "epochs", low=1),
+        check_int(batch_size, "batch_size", low=1),
+        check_real(lr, "lr", low=0.0, low_open=True),
+        check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True),
+        check_real(prox_mu, "prox_mu", low=0.0),
+    )
+
+
+def train_clients(
+    model: FlatModel,
+    params: np.ndarray,
+    data: Any,
+    clients: Any,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float = 0.0,
+    prox_mu: float = 0.0,
+    seed: int = 0,
+    round_index: int = 0,
+    out: np.ndarray | None = None,
+    parallel: bool = True,
+) -> LocalResult:
+    """Train the clients ``clients`` locally from ``params`` and collect their reports.
+
+    Parameters
+    ----------
+    model : models.FlatModel
+        ``LogisticRegression`` or ``MLP``.
+    params : ndarray, shape (d,)
+        θ^t, float32 or float64; training runs in this dtype.
+    data : fairagg.data.FederatedData
+        Uses ``X_train``, ``y_train`` and ``train_offsets``.
+    clients : array_like of int, shape (m,)
+        Indices of the selected clients; row i of the outputs belongs to ``clients[i]``.
+    epochs, batch_size, lr : int, int, float
+        E ≥ 1 passes, batch size B ≥ 1, step lr > 0.
+    momentum : float
+        μ in [0, 1); v is reset to 0 each round.
+    prox_mu : float
+        Coefficient ≥ 0 of the proximal term μ/2 ||w − θ^t||² (FedProx).
+    seed, round_index : int
+        Select the shuffles (see :func:`client_shuffles`).
+    out : ndarray, shape (m, d), optional
+        Preallocated C-contiguous buffer of the dtype of ``params`` that receives the updates.
+    parallel : bool
+        Train clients in parallel threads (``prange``); the result is bitwise identical.
+
+    Returns
+    -------
+    LocalResult
+    """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    theta = np.ascontiguousarray(model._check_params(params))
+    epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
+        epochs, batch_size, lr, momentum, prox_mu
+    )
+    ids = as_int_array(clients, "clients", ndim=1, min_value=0)
+    offsets = np.asarray(data.train_offsets, dtype=np.int64)
+    K = offsets.size - 1
+    if ids.size == 0:
+        raise ValueError("clients must name at least one client")
+    if ids.max() >= K:
+        raise ValueError(f"clients must be indices in [0, {K}); got {ids.max()}")
+    X = np.ascontiguousarray(data.X_train, dtype=theta.dtype)
+    y = np.ascontiguousarray(data.y_train, dtype=np.int64)
+    m, d = ids.size, theta.size
+    if out is None:
+        out = np.empty((m, d), dtype=theta.dtype)
+    elif not (
+        isinstance(out, np.ndarray)
+        and out.shape == (m, d)
+        and out.dtype == theta.dtype
+        and out.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"out must be a C-contiguous {theta.dtype} array of shape ({m}, {d}); got "
+            + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__)
+        )
+    los, his = offsets[ids], offsets[ids + 1]
+    sizes = his - los
+    if np.any(sizes == 0):
+        raise ValueError(f"clients {ids[sizes == 0].tolist()} have no training rows")
+    p0s = np.concatenate([[0], np.cumsum(sizes * epochs)[:-1]]).astype(np.int64)
+    perms = np.empty(int(sizes.sum()) * epochs, dtype=np.int64)
+    for i in range(m):
+        order = client_shuffles(int(sizes[i]), epochs, seed, round_index, int(ids[i]))
+        perms[p0s[i] : p0s[i] + order.size] = (order + los[i]).ravel()
+    losses = np.empty(m, dtype=np.float64)
+    accs = np.empty(m, dtype=np.float64)
+    H, act = model._kernel_dims()
+    kernel = _train_parallel if parallel else _train_serial
+    kernel(
+        theta,
+        X,
+        y,
+        np.arange(X.shape[0], dtype=np.int64),
+        los,
+        his,
+        perms,
+        p0s,
+        epochs,
+        batch_size,
+        lr,
+        momentum,
+        prox_mu,
+        H,
+        model.n_classes,
+        act,
+        float(model.l2),
+        out,
+        losses,
+        accs,
+    )
+    return LocalResult(out, losses, accs, sizes)
+
+
+def sgd_reference(
+    model: FlatModel,
+    params: np.ndarray,
+    X: np.ndarray,
+    y: np.ndarray,
+    order: np.ndarray,
+    *,
+    batch_size: int,
+    lr: float,
+    momentum: float = 0.0,
+    prox_mu: float = 0.0,
+) -> tuple[np.ndarray, float, float]:
+    """One client's local SGD in plain NumPy: the specification of :func:`train_clients`.
+
+    Parameters
+    ----------
+    model : models.FlatModel
+    params : ndarray, shape (d,)
+        θ^t.
+    X, y : ndarray, shapes (n, p) and (n,)
+        The client's training rows.
+    order : ndarray of int, shape (epochs, n)
+        Visiting order of each epoch (e.g. from :func:`client_shuffles`).
+    batch_size, lr, momentum, prox_mu
+        As in :func:`train_clients`.
+
+    Returns
+    -------
+    delta : ndarray, shape (d,)
+        θ^t − w after training.
+    loss, accuracy : float
+        F_k(θ^t) and the training accuracy of θ^t.
+    """
+    theta = model._check_params(params)
+    _, batch_size, lr, momentum, prox_mu = _check_hyper(1, batch_size, lr, momentum, prox_mu)
+    order = as_int_array(order, "order", ndim=2, min_value=0)
+    loss0 = model.loss(theta, X, y)
+    acc0 = model.accuracy(theta, X, y)
+    w = theta.copy()
+    v = np.zeros_like(w)
+    n = order.shape[1]
+    for perm in order:
+        for s in range(0, n, batch_size):
+            batch = perm[s : s + batch_size]
+            g = model.grad(w, X[batch], y[batch]) + prox_mu * (w - theta)
+            v = momentum * v + g
+            w = w - lr * v
+    return theta - w, loss0, acc0

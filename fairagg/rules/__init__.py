@@ -1,0 +1,69 @@
+"""Aggregation rules, one module per method, and the registry ``RULES`` that the CLI, the README
+table and the common rule tests all read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..types import Rule
+from .fedavg import fairavg, fedavg
+
+__all__ = ["RULES", "RuleSpec", "make_rule"]
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A registry entry.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, also ``Rule.name``.
+    factory : callable
+        Builds the :class:`~fairagg.types.Rule` from keyword hyper-parameters.
+    paper : str
+        Short name of the source paper (see the README's references).
+    equations : str
+        Where the formulas are, e.g. ``"eqs. 3-4"``.
+    summary : str
+        One line: what the rule does.
+    needs : tuple of str
+        Report fields the rule reads besides ``deltas`` and ``num_samples``.
+    """
+
+    name: str
+    factory: Callable[..., Rule]
+    paper: str
+    equations: str
+    summary: str
+    needs: tuple[str, ...] = ()
+
+
+RULES: dict[str, RuleSpec] = {
+    spec.name: spec
+    for spec in (
+        RuleSpec(
+            "fedavg",
+            fedavg,
+            "McMahan et al. 2017, as FairAvg",
+            "eqs. 3-4",
+            "average of client models weighted by n_k",
+        ),
+        RuleSpec(
+            "fairavg",
+            fairavg,
+            "FairAvg (Michieli & Ozay 2021)",
+            "eqs. 3, 5",
+            "uniform average of client models, 1/m each",
+        ),
+    )
+}
+
+
+def make_rule(name: str, **hyperparams: Any) -> Rule:
+    """Build the registered rule ``name`` with keyword hyper-parameters."""
+    if name not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(sorted(RULES))}; got {name!r}")
+    return RULES[name].factory(**hyperparams)

@@ -1,0 +1,124 @@
+"""FedAvg and FairAvg (FairAvg paper, eqs. 3-5; SPEC §1).
+
+Both rules average the models of the m selected clients,
+
+.. math::
+
+    \\theta^{t+1} = \\sum_{k \\in S} a_k \\theta_k = \\theta^t - \\sum_{k \\in S} a_k \\delta_k ,
+    \\qquad \\text{(FairAvg, eq. 3)}
+
+with FedAvg's sample-size weights a_k = n_k / Σ_{j∈S} n_j (eq. 4) and FairAvg's uniform weights
+a_k = 1/|S| (eq. 5). The two forms of eq. 3 are equal because Σ a_k = 1; the rules use the update
+form on the (m, d) matrix of updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._checks import as_float_array, as_int_array, check_finite, check_int
+from ..kernels import check_backend, weighted_sum
+from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
+
+__all__ = [
+    "apply_weighted_update",
+    "fairavg",
+    "fairavg_weights",
+    "fedavg",
+    "fedavg_weights",
+]
+
+
+def fedavg_weights(num_samples: Any) -> np.ndarray:
+    """FedAvg's aggregation weights a_k = n_k / Σ_{j∈S} n_j (FairAvg, eq. 4).
+
+    Parameters
+    ----------
+    num_samples : array_like of int, shape (m,)
+        Positive training-set sizes of the selected clients.
+
+    Returns
+    -------
+    ndarray of float64, shape (m,)
+        Non-negative weights summing to 1.
+    """
+    n = as_int_array(num_samples, "num_samples", min_value=1)
+    if n.size == 0:
+        raise ValueError("num_samples must hold at least one client")
+    return n / n.sum(dtype=np.float64)
+
+
+def fairavg_weights(num_clients: int) -> np.ndarray:
+    """FairAvg's uniform aggregation weights a_k = 1/|S| (FairAvg, eq. 5), shape (m,)."""
+    m = check_int(num_clients, "num_clients", low=1)
+    return np.full(m, 1.0 / m)
+
+
+def apply_weighted_update(
+    params: Any, deltas: Any, weights: Any, *, backend: str = "numpy"
+) -> np.ndarray:
+    """θ^t − Σ_k weights_k δ_k, the update form of FairAvg eq. 3.
+
+    Parameters
+    ----------
+    params : ndarray, shape (d,)
+        θ^t.
+    deltas : ndarray, shape (m, d)
+        δ_k = θ^t − θ_k, one row per client.
+    weights : ndarray, shape (m,)
+        Finite weights (not required to sum to 1: callers such as q-FedAvg pass their own).
+    backend : {"numpy"}
+
+    Returns
+    -------
+    ndarray, shape (d,)
+        A new array in the promoted dtype of ``params`` and ``deltas``.
+    """
+    theta = as_float_array(params, "params", ndim=1, finite=False)
+    D = as_float_array(deltas, "deltas", shape=(None, theta.shape[0]), min_size=1, finite=False)
+    w = as_float_array(weights, "weights", shape=(D.shape[0],), dtype=np.float64, allow_int=True)
+    out = theta - weighted_sum(w, D, backend)
+    if not np.all(np.isfinite(out)):
+        # Locate the culprit only on failure: checking (m, d) up front would double the cost.
+        check_finite(theta, "params")
+        check_finite(D, "deltas")
+        raise ValueError("the weighted update overflowed: weights or deltas are too large")
+    return out
+
+
+def _average_rule(name: str, weights_of: Any, backend: str) -> Rule:
+    check_backend(backend)
+
+    def init(params: np.ndarray, num_clients: int) -> EmptyState:
+        del params, num_clients
+        return EmptyState()
+
+    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta)
+        a = weights_of(reports)
+        return Aggregate(
+            apply_weighted_update(theta, reports.deltas, a, backend=backend), state, {"weights": a}
+        )
+
+    return Rule(name, init, step, {"backend": backend})
+
+
+def fedavg(*, backend: str = "numpy") -> Rule:
+    """FedAvg (McMahan et al. 2017) as a rule: weights ∝ n_k over the selected clients.
+
+    See :func:`fedavg_weights` (FairAvg, eq. 4) and :func:`apply_weighted_update` (eq. 3).
+    ``info["weights"]`` holds a_k.
+    """
+    return _average_rule("fedavg", lambda r: fedavg_weights(r.num_samples), backend)
+
+
+def fairavg(*, backend: str = "numpy") -> Rule:
+    """FairAvg (Michieli & Ozay 2021) as a rule: uniform weights 1/m over the selected clients.
+
+    See :func:`fairavg_weights` (FairAvg, eq. 5) and :func:`apply_weighted_update` (eq. 3).
+    ``info["weights"]`` holds a_k.
+    """
+    return _average_rule("fairavg", lambda r: fairavg_weights(r.deltas.shape[0]), backend)

@@ -1,0 +1,343 @@
+"""The round loop (DESIGN.md, "The spine: one round"): sample → local train → reports → rule →
+evaluate → history.
+
+Seeding: round t samples its clients with ``np.random.default_rng([seed, 0, t])``; client k's
+local shuffles in round t come from ``default_rng([seed, 1, t, k])`` (see
+:mod:`fairagg.local`); the initial parameters from ``model.init_params(seed)``. Runs with the same
+``seed`` and data therefore see identical client samples and shuffles whatever the rule, which is
+what ``fairagg compare`` relies on.
+
+A run that fails midway (divergence, an error in a rule, Ctrl-C) keeps what it recorded: the
+:class:`History` passed in (or ``exc.history`` on the exception that propagates) holds every
+completed round, and its ``status`` says why the run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models import FlatModel
+
+from ._checks import check_choice, check_int
+from .local import train_clients
+from .metrics import fairness_summary
+from .rules import make_rule
+from .sampling import SAMPLING_SCHEMES, sample_clients
+from .types import RoundReports, Rule
+
+__all__ = ["History", "simulate"]
+
+#: Stream tag of client sampling in ``default_rng([seed, tag, round])``.
+SAMPLING_STREAM = 0
+
+_ROUND_FIELDS = ("round", "selected", "weights", "reported_losses", "time_local", "time_aggregate")
+_EVAL_FIELDS = (
+    "eval_round",
+    "test_accuracy",
+    "test_loss",
+    "train_accuracy",
+    "train_loss",
+    "time_eval",
+)
+
+
+class History:
+    """Everything a simulation records, appended round by round.
+
+    Per aggregation round (R rounds, m clients each): ``round`` (R,) the round number t = 1..R,
+    ``selected`` (R, m) client indices in arrival order, ``weights`` (R, m) the rule's effective
+    weights, ``reported_losses`` (R, m) F_k(θ^t), ``time_local`` / ``time_aggregate`` (R,) seconds.
+
+    Per evaluation (E evaluations; round 0 is the initial model): ``eval_round`` (E,),
+    ``test_accuracy``, ``test_loss``, ``train_accuracy``, ``train_loss`` (E, K) per client,
+    ``time_eval`` (E,).
+
+    ``status`` is ``"running"``, ``"completed"`` or ``"stopped: <reason>"``.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any] | None = None,
+        num_train_samples: Any = None,
+        num_test_samples: Any = None,
+    ) -> None:
+        self.config: dict[str, Any] = dict(config or {})
+        self.num_train_samples = (
+            None if num_train_samples is None else np.asarray(num_train_samples, dtype=np.int64)
+        )
+        self.num_test_samples = (
+            None if num_test_samples is None else np.asarray(num_test_samples, dtype=np.int64)
+        )
+        self._rows: dict[str, list[Any]] = {k: [] for k in _ROUND_FIELDS + _EVAL_FIELDS}
+        self.final_params: np.ndarray | None = None
+        self.status = "running"
+
+    # --- recording ----------------------------------------------------------------------------
+    def record_round(self, t: int, selected, weights, reported_losses, time_local, time_agg):
+        for key, val in zip(
+            _ROUND_FIELDS,
+            (t, selected, weights, reported_losses, time_local, time_agg),
+            strict=True,
+        ):
+            self._rows[key].append(np.array(val, copy=True))
+
+    def record_eval(self, t: int, test_acc, test_loss, train_acc, train_loss, time_eval):
+        for key, val in zip(
+            _EVAL_FIELDS, (t, test_acc, test_loss, train_acc, train_loss, time_eval), strict=True
+        ):
+            self._rows[key].append(np.array(val, copy=True))
+
+    # --- reading ------------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> np.ndarray:
+        rows = self.__dict__.get("_rows", {})
+        if name in rows:
+            vals = rows[name]
+            return np.stack(vals) if vals else np.empty(0)
+        raise AttributeError(name)
+
+    @property
+    def num_rounds(self) -> int:
+        """Number of completed aggregation rounds."""
+        return len(self._rows["round"])
+
+    def summary(self, which: int = -1) -> dict[str, float | None]:
+        """:func:`fairagg.metrics.fairness_summary` of the test accuracies of evaluation
+        ``which`` (the last by default), sample-weighted by the clients' test-set sizes."""
+        if not self._rows["test_accuracy"]:
+            raise ValueError("the history holds no evaluation yet")
+        return fairness_summary(self._rows["test_accuracy"][which], self.num_test_samples)
+
+    def mean_test_accuracy(self) -> np.ndarray:
+        """Sample-weighted mean test accuracy (percent) at each evaluation, shape (E,)."""
+        acc = self.test_accuracy
+        n = self.num_test_samples
+        return 100.0 * (acc @ n) / n.sum()
+
+    def mean_train_loss(self) -> np.ndarray:
+        """Sample-weighted mean training loss at each evaluation, shape (E,)."""
+        n = self.num_train_samples
+        return (self.train_loss @ n) / n.sum()
+
+    # --- persistence --------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the history to ``path`` (``.npz``; the config and status as JSON inside)."""
+        path = Path(path)
+        arrays = {k: getattr(self, k) for k in _ROUND_FIELDS + _EVAL_FIELDS}
+        meta = json.dumps({"config": self.config, "status": self.status})
+        extra = {}
+        for key in ("num_train_samples", "num_test_samples", "final_params"):
+            val = getattr(self, key)
+            if val is not None:
+                extra[key] = val
+        np.savez(path, _meta=np.array(meta), **arrays, **extra)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> History:
+        """Read a history written by :meth:`save`."""
+        with np.load(Path(path), allow_pickle=False) as z:
+            meta = json.loads(str(z["_meta"]))
+            h = cls(
+                meta["config"],
+                z["num_train_samples"] if "num_train_samples" in z else None,
+                z["num_test_samples"] if "num_test_samples" in z else None,
+            )
+            h.status = meta["status"]
+            for key in _ROUND_FIELDS + _EVAL_FIELDS:
+                h._rows[key] = list(z[key])
+            if "final_params" in z:
+                h.final_params = z["final_params"]
+        return h
+
+
+def _evaluate(model: FlatModel, theta: np.ndarray, data: Any):
+    t0 = time.perf_counter()
+    test_loss, test_acc = model.evaluate_clients(theta, data.X_test, data.y_test, data.test_offsets)
+    train_loss, train_acc = model.evaluate_clients(
+        theta, data.X_train, data.y_train, data.train_offsets
+    )
+    return test_acc, test_loss, train_acc, train_loss, time.perf_counter() - t0
+
+
+def simulate(
+    rule: Rule | str,
+    model: FlatModel,
+    data: Any,
+    *,
+    rounds: int,
+    clients_per_round: int,
+    epochs: int = 1,
+    batch_size: int = 10,
+    lr: float = 0.01,
+    momentum: float = 0.0,
+    prox_mu: float = 0.0,
+    sampling: str = "uniform",
+    seed: int = 0,
+    eval_every: int = 1,
+    params: np.ndarray | None = None,
+    history: History | None = None,
+    callback: Callable[[History], None] | None = None,
+    progress: bool = False,
+    parallel: bool = True,
+) -> History:
+    """Run ``rounds`` rounds of federated training with ``rule``.
+
+    Parameters
+    ----------
+    rule : Rule or str
+        A rule, or a registry name (built with default hyper-parameters).
+    model : models.FlatModel
+    data : fairagg.data.FederatedData
+    rounds : int
+        T ≥ 1 aggregation rounds.
+    clients_per_round : int
+        m in [1, K] clients sampled each round without replacement.
+    epochs, batch_size, lr, momentum, prox_mu
+        Local training (see :func:`fairagg.local.train_clients`).
+    sampling : {"uniform", "proportional"}
+        Uniform, or ∝ n_k (see :func:`fairagg.sampling.sample_clients`).
+    seed : int
+        Seeds sampling, shuffles and the initial parameters.
+    eval_every : int
+        Evaluate every client's train and test split every this many rounds (round 0, the
+        initial model, and the last round are always evaluated).
+    params : ndarray, shape (d,), optional
+        Initial parameters (default ``model.init_params(seed)``); float32 runs in float32.
+    history : History, optional
+        Filled in place; pass one to keep partial results if the run fails.
+    callback : callable, optional
+        Called with the history after every round.
+    progress : bool
+        Show a progress bar on standard error.
+    parallel : bool
+        Train the selected clients in parallel threads.
+
+    Returns
+    -------
+    History
+        ``final_params`` holds θ^T.
+
+    Raises
+    ------
+    FloatingPointError
+        When local training or the rule produces non-finite numbers (diverged: lower ``lr``).
+    """
+    if isinstance(rule, str):
+        rule = make_rule(rule)
+    if not isinstance(rule, Rule):
+        raise TypeError(
+            f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
+        )
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    K = int(np.asarray(data.train_offsets).size - 1)
+    T = check_int(rounds, "rounds", low=1)
+    m = check_int(clients_per_round, "clients_per_round", low=1, high=K)
+    check_choice(sampling, "sampling", SAMPLING_SCHEMES)
+    eval_every = check_int(eval_every, "eval_every", low=1)
+    seed = check_int(seed, "seed", low=0)
+    if data.n_features != model.n_features or data.n_classes != model.n_classes:
+        raise ValueError(
+            f"model expects {model.n_features} features and {model.n_classes} classes; the data "
+            f"has {data.n_features} and {data.n_classes}"
+        )
+    theta = model.init_params(seed) if params is None else model._check_params(params).copy()
+    n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
+    n_test = np.diff(np.asarray(data.test_offsets, dtype=np.int64))
+    config = {
+        "rule": rule.name,
+        "rule_hyperparams": dict(rule.hyperparams),
+        "model": repr(model),
+        "data": getattr(data, "name", ""),
+        "num_clients": K,
+        "rounds": T,
+        "clients_per_round": m,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "momentum": momentum,
+        "prox_mu": prox_mu,
+        "sampling": sampling,
+        "seed": seed,
+        "eval_every": eval_every,
+    }
+    if history is None:
+        history = History()
+    history.config.update(config)
+    history.num_train_samples, history.num_test_samples = n_train, n_test
+
+    state = rule.init(theta, K)
+    deltas = np.empty((m, theta.size), dtype=theta.dtype)
+    counts = np.zeros(K, dtype=np.int64)
+    history.record_eval(0, *_evaluate(model, theta, data))
+    history.final_params = theta.copy()
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=T, desc=rule.name, unit="round", leave=True)
+    try:
+        for t in range(T):
+            rng = np.random.default_rng([seed, SAMPLING_STREAM, t])
+            S = sample_clients(K, m, rng, scheme=sampling, num_samples=n_train)
+            counts[S] += 1
+            t0 = time.perf_counter()
+            local = train_clients(
+                model,
+                theta,
+                data,
+                S,
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                momentum=momentum,
+                prox_mu=prox_mu,
+                seed=seed,
+                round_index=t,
+                out=deltas,
+                parallel=parallel,
+            )
+            t1 = time.perf_counter()
+            if not (np.all(np.isfinite(local.losses)) and np.all(np.isfinite(deltas))):
+                bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
+                raise FloatingPointError(
+                    f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
+                    f"non-finite parameters or losses (lower lr, currently {lr})"
+                )
+            reports = RoundReports(
+                deltas, n_train[S], local.losses, local.accuracies, counts[S].copy(), S, t, K
+            )
+            agg = rule.step(theta, reports, state)
+            t2 = time.perf_counter()
+            if not np.all(np.isfinite(agg.params)):
+                raise FloatingPointError(
+                    f"rule {rule.name!r} produced non-finite parameters in round {t + 1}"
+                )
+            theta, state = agg.params, agg.state
+            history.record_round(t + 1, S, agg.info["weights"], local.losses, t1 - t0, t2 - t1)
+            history.final_params = theta.copy()
+            if (t + 1) % eval_every == 0 or t + 1 == T:
+                history.record_eval(t + 1, *_evaluate(model, theta, data))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(acc=f"{history.mean_test_accuracy()[-1]:.1f}%", refresh=False)
+            if callback is not None:
+                callback(history)
+    except BaseException as exc:
+        history.status = f"stopped: {type(exc).__name__}: {exc}"
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"fairagg: the history keeps the {history.num_rounds} completed rounds")
+        exc.history = history  # type: ignore[attr-defined]
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    history.status = "completed"
+    return history

@@ -1,0 +1,181 @@
+"""What the two models share: input checks, prediction, accuracy and the Numba entry points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+
+__all__ = ["FlatModel", "check_dims"]
+
+
+def _check_real_array(x: Any, name: str, ndim: int) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must be a float32 or float64 array; got dtype {arr.dtype}")
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional; got shape {arr.shape}")
+    if arr.size and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; got NaN or infinity")
+    return arr
+
+
+class FlatModel:
+    """Base of the models: every model is a function of one flat parameter vector.
+
+    Subclasses define ``n_features``, ``n_classes``, ``l2``, ``layout()``, ``logits`` and
+    ``loss_and_grad`` in NumPy float64 (the specification), and ``_kernel_dims`` for the Numba
+    kernel that computes the same quantities.
+    """
+
+    # Declared for type checkers; the concrete frozen dataclasses define them as fields.
+    n_features: int
+    n_classes: int
+    l2: float
+
+    # --- to be provided by subclasses -------------------------------------------------------
+    @property
+    def num_params(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _kernel_dims(self) -> tuple[int, int]:  # pragma: no cover - abstract
+        """(n_hidden, activation code) for ``models._kernels.batch_loss_grad``."""
+        raise NotImplementedError
+
+    # --- validation ---------------------------------------------------------------------------
+    def _check_params(self, params: Any) -> np.ndarray:
+        p = _check_real_array(params, "params", 1)
+        if p.shape[0] != self.num_params:
+            raise ValueError(
+                f"params must have shape ({self.num_params},) for {self!r}; got {p.shape}"
+            )
+        return p
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        arr = _check_real_array(X, "X", 2)
+        if arr.shape[1] != self.n_features:
+            raise ValueError(f"X must have {self.n_features} columns; got shape {arr.shape}")
+        return arr
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        arr = np.asarray(y)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"y must hold integer class labels; got dtype {arr.dtype}")
+        if arr.shape != (n,):
+            raise ValueError(f"y must have shape ({n},) to match X; got {arr.shape}")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.n_classes):
+            raise ValueError(
+                f"y must hold labels in [0, {self.n_classes}); got range [{arr.min()}, {arr.max()}]"
+            )
+        return arr.astype(np.int64, copy=False)
+
+    def _check_data(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        Xa = self._check_X(X)
+        if Xa.shape[0] == 0:
+            raise ValueError("X must hold at least one sample; got 0 rows")
+        return Xa, self._check_y(y, Xa.shape[0])
+
+    # --- shared NumPy API -----------------------------------------------------------------------
+    def logits(self, params: Any, X: Any) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def predict(self, params: Any, X: Any) -> np.ndarray:
+        """Predicted class of every row of ``X``: argmax of the logits (first index on ties).
+
+        Returns
+        -------
+        ndarray of int64, shape (n,)
+        """
+        return np.argmax(self.logits(params, X), axis=1).astype(np.int64)
+
+    def accuracy(self, params: Any, X: Any, y: Any) -> float:
+        """Fraction of rows of ``X`` whose prediction equals ``y``, in [0, 1]."""
+        Xa, ya = self._check_data(X, y)
+        return float(np.mean(self.predict(params, Xa) == ya))
+
+    def loss(self, params: Any, X: Any, y: Any) -> float:
+        """Mean cross-entropy over the rows of ``X`` plus ``l2/2 * ||weights||^2``."""
+        return self.loss_and_grad(params, X, y)[0]
+
+    def grad(self, params: Any, X: Any, y: Any) -> np.ndarray:
+        """Gradient of :meth:`loss` with respect to the flat parameter vector, shape (d,)."""
+        return self.loss_and_grad(params, X, y)[1]
+
+    def loss_and_grad(
+        self, params: Any, X: Any, y: Any
+    ) -> tuple[float, np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # --- Numba entry points ---------------------------------------------------------------------
+    def loss_and_grad_numba(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
+        """:meth:`loss_and_grad` computed by the Numba kernel, in the dtype of ``params``.
+
+        ``X`` is cast to the dtype of ``params`` (float32 or float64). Equal to the NumPy
+        reference to round-off (tested).
+        """
+        p = self._check_params(params)
+        Xa, ya = self._check_data(X, y)
+        Xa = np.ascontiguousarray(Xa, dtype=p.dtype)
+        p = np.ascontiguousarray(p)
+        H, act = self._kernel_dims()
+        grad = np.empty_like(p)
+        work = np.empty(_kernels.work_size(H, self.n_classes), dtype=p.dtype)
+        rows = np.arange(Xa.shape[0], dtype=np.int64)
+        loss, _ = _kernels.batch_loss_grad(
+            p, Xa, ya, rows, 0, Xa.shape[0], H, self.n_classes, act, self.l2, grad, work
+        )
+        return float(loss), grad
+
+    def evaluate_clients(
+        self, params: Any, X: Any, y: Any, offsets: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean loss and accuracy of ``params`` on each client's rows, in parallel over clients.
+
+        Parameters
+        ----------
+        params : ndarray, shape (d,)
+        X : ndarray, shape (N, n_features)
+            All clients' rows, concatenated in client order.
+        y : ndarray of int, shape (N,)
+        offsets : ndarray of int, shape (K + 1,)
+            Client k owns rows ``offsets[k]:offsets[k + 1]``; every client must own at least one.
+
+        Returns
+        -------
+        losses : ndarray of float64, shape (K,)
+        accuracies : ndarray of float64, shape (K,)
+        """
+        p = np.ascontiguousarray(self._check_params(params))
+        Xa = np.ascontiguousarray(self._check_X(X), dtype=p.dtype)
+        ya = self._check_y(y, Xa.shape[0])
+        off = np.asarray(offsets, dtype=np.int64)
+        if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != Xa.shape[0]:
+            raise ValueError(
+                f"offsets must be a 1-D array from 0 to len(X) = {Xa.shape[0]}; got {off}"
+            )
+        sizes = np.diff(off)
+        if np.any(sizes <= 0):
+            raise ValueError("offsets must give every client at least one row")
+        H, act = self._kernel_dims()
+        losses = np.empty(off.size - 1, dtype=np.float64)
+        correct = np.empty(off.size - 1, dtype=np.int64)
+        _kernels.evaluate_segments(p, Xa, ya, off, H, self.n_classes, act, self.l2, losses, correct)
+        return losses, correct / sizes
+
+
+def check_dims(n_features: Any, n_classes: Any, l2: Any, n_hidden: Any = None) -> None:
+    for name, v, low in (("n_features", n_features, 1), ("n_classes", n_classes, 2)) + (
+        (("n_hidden", n_hidden, 1),) if n_hidden is not None else ()
+    ):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer; got {type(v).__name__}")
+        if v < low:
+            raise ValueError(f"{name} must be >= {low}; got {v}")
+    if isinstance(l2, bool) or not isinstance(l2, (int, float, np.floating, np.integer)):
+        raise TypeError(f"l2 must be a real number; got {type(l2).__name__}")
+    if not np.isfinite(l2) or l2 < 0:
+        raise ValueError(f"l2 must be a finite number >= 0; got {l2}")
