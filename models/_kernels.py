@@ -168,7 +168,8 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
 
 @njit(cache=True, parallel=True)
 def evaluate_segments(params, X, y, offsets, n_hidden, n_classes, act, l2, losses, correct):
-    """Write each client's mean loss and correct count (client k owns ``offsets[k]:offsets[k+1]``)."""
+    """Write each client's mean loss and correct count; client k owns rows
+    ``offsets[k]:offsets[k+1]``."""
     K = offsets.size - 1
     rows = np.arange(X.shape[0])
     no_grad = np.empty(0, dtype=params.dtype)

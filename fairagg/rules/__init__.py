@@ -3,6 +3,7 @@ table and the common rule tests all read."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,4 +67,12 @@ def make_rule(name: str, **hyperparams: Any) -> Rule:
     """Build the registered rule ``name`` with keyword hyper-parameters."""
     if name not in RULES:
         raise ValueError(f"rule must be one of {', '.join(sorted(RULES))}; got {name!r}")
-    return RULES[name].factory(**hyperparams)
+    factory = RULES[name].factory
+    params = inspect.signature(factory).parameters
+    unknown = sorted(set(hyperparams) - set(params))
+    if unknown:
+        raise ValueError(
+            f"rule {name!r} has no hyper-parameter {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(params) or 'none'}"
+        )
+    return factory(**hyperparams)

@@ -1,0 +1,173 @@
+"""The round loop: reproducibility, what History records, failure handling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fairagg import History, fairavg, fairavg_weights, fedavg, simulate
+from fairagg.data import synthetic
+from fairagg.local import train_clients
+from fairagg.sampling import sample_clients
+from fairagg.types import Aggregate, EmptyState, Rule
+from models import LogisticRegression, MLP
+from tests.tolerances import assert_close
+
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic(1, 1, 8, seed=3, max_samples_per_client=80)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return LogisticRegression(60, 10)
+
+
+def _run(rule, model, data, **kw):
+    args = dict(rounds=ROUNDS, clients_per_round=3, epochs=2, batch_size=10, lr=0.05, seed=7)
+    args.update(kw)
+    return simulate(rule, model, data, **args)
+
+
+def test_history_shapes(model, data):
+    h = _run(fedavg(), model, data)
+    K = data.num_clients
+    assert h.num_rounds == ROUNDS and h.status == "completed"
+    assert h.round.tolist() == list(range(1, ROUNDS + 1))
+    assert h.selected.shape == h.weights.shape == h.reported_losses.shape == (ROUNDS, 3)
+    assert h.eval_round.tolist() == list(range(ROUNDS + 1))  # round 0 = initial model
+    for name in ("test_accuracy", "test_loss", "train_accuracy", "train_loss"):
+        assert getattr(h, name).shape == (ROUNDS + 1, K)
+    assert h.final_params.shape == (model.num_params,)
+    assert np.all((h.test_accuracy >= 0) & (h.test_accuracy <= 1))
+    assert set(h.summary()) >= {"average", "worst_10", "variance", "angle", "kl"}
+
+
+def test_run_is_bitwise_reproducible(model, data):
+    a = _run(fedavg(), model, data)
+    b = _run(fedavg(), model, data)
+    assert np.array_equal(a.final_params, b.final_params)
+    assert np.array_equal(a.test_accuracy, b.test_accuracy)
+
+
+def test_serial_and_parallel_runs_are_bitwise_identical(data):
+    mlp = MLP(60, 10, n_hidden=5)
+    a = _run(fairavg(), mlp, data, parallel=True)
+    b = _run(fairavg(), mlp, data, parallel=False)
+    assert np.array_equal(a.final_params, b.final_params)
+
+
+def test_rules_see_identical_samples(model, data):
+    a = _run(fedavg(), model, data)
+    b = _run(fairavg(), model, data)
+    assert np.array_equal(a.selected, b.selected)
+    assert not np.array_equal(a.final_params, b.final_params)
+
+
+def test_different_seeds_differ(model, data):
+    a = _run(fedavg(), model, data, seed=1)
+    b = _run(fedavg(), model, data, seed=2)
+    assert not np.array_equal(a.selected, b.selected)
+
+
+def test_one_round_equals_the_spine_by_hand(model, data):
+    """Round 1 of simulate = sample with default_rng([seed, 0, 0]), train, FairAvg."""
+    h = _run(fairavg(), model, data, rounds=1)
+    theta0 = model.init_params(7)
+    S = sample_clients(data.num_clients, 3, np.random.default_rng([7, 0, 0]))
+    local = train_clients(model, theta0, data, S, epochs=2, batch_size=10, lr=0.05, seed=7)
+    expected = theta0 - fairavg_weights(3) @ local.deltas
+    assert np.array_equal(h.selected[0], S)
+    assert_close(h.final_params, expected)
+    assert_close(h.reported_losses[0], local.losses)
+
+
+def test_weights_recorded_are_the_rules(model, data):
+    h = _run(fedavg(), model, data)
+    n = data.num_train_samples[h.selected]
+    assert_close(h.weights, n / n.sum(axis=1, keepdims=True))
+
+
+def test_fedavg_learns_on_iid_data():
+    d = synthetic(0, 0, 6, iid=True, seed=0, max_samples_per_client=200)
+    m = LogisticRegression(60, 10)
+    h = simulate(fedavg(), m, d, rounds=15, clients_per_round=6, epochs=1, batch_size=10, lr=0.05)
+    acc = h.mean_test_accuracy()
+    assert acc[-1] > acc[0] + 20.0
+    assert h.mean_train_loss()[-1] < 0.7 * h.mean_train_loss()[0]
+
+
+def _recording_rule(log, fail_at=None):
+    def init(params, num_clients):
+        return EmptyState()
+
+    def step(params, reports, state):
+        if fail_at is not None and reports.round_index == fail_at:
+            raise RuntimeError("planted failure")
+        log.append(reports)
+        w = np.full(reports.deltas.shape[0], 1.0 / reports.deltas.shape[0])
+        return Aggregate(params - w @ reports.deltas, state, {"weights": w})
+
+    return Rule("recording", init, step, {})
+
+
+def test_reports_carry_participations_and_ids(model, data):
+    log = []
+    h = _run(_recording_rule(log), model, data, rounds=6)
+    counts = np.zeros(data.num_clients, dtype=int)
+    for t, rep in enumerate(log):
+        counts[rep.client_ids] += 1
+        assert rep.round_index == t and rep.num_clients == data.num_clients
+        assert np.array_equal(rep.participations, counts[rep.client_ids])
+        assert np.array_equal(rep.client_ids, h.selected[t])
+        assert np.array_equal(rep.num_samples, data.num_train_samples[rep.client_ids])
+
+
+def test_failure_midway_keeps_recorded_rounds(model, data, tmp_path):
+    history = History()
+    with pytest.raises(RuntimeError, match="planted failure") as info:
+        _run(_recording_rule([], fail_at=2), model, data, history=history)
+    assert info.value.history is history
+    assert history.num_rounds == 2 and history.status.startswith("stopped: RuntimeError")
+    assert history.test_accuracy.shape[0] == 3
+    loaded = History.load(history.save(tmp_path / "partial.npz"))
+    assert loaded.num_rounds == 2 and loaded.status == history.status
+
+
+def test_divergence_raises_floating_point_error(data):
+    # With an L2 term each step multiplies the weights by (1 - lr*l2): |1 - 1e30| overflows
+    # float64 within a dozen steps. (Cross-entropy alone has bounded gradients.)
+    m = LogisticRegression(60, 10, l2=1.0)
+    with pytest.raises(FloatingPointError, match="lower lr"):
+        _run(fedavg(), m, data, lr=1e30, epochs=3)
+
+
+def test_save_load_round_trip(model, data, tmp_path):
+    h = _run(fedavg(), model, data)
+    g = History.load(h.save(tmp_path / "h.npz"))
+    assert g.config == h.config and g.status == "completed"
+    for name in ("round", "selected", "weights", "test_accuracy", "train_loss", "final_params"):
+        assert np.array_equal(getattr(g, name), getattr(h, name))
+    assert g.summary() == h.summary()
+
+
+def test_eval_every_keeps_first_and_last(model, data):
+    h = _run(fedavg(), model, data, rounds=5, eval_every=2)
+    assert h.eval_round.tolist() == [0, 2, 4, 5]
+
+
+def test_rule_by_name_and_bad_inputs(model, data):
+    assert _run("fairavg", model, data, rounds=1).config["rule"] == "fairavg"
+    with pytest.raises(ValueError, match="rule must be one of"):
+        _run("nope", model, data)
+    with pytest.raises(ValueError, match="clients_per_round"):
+        _run(fedavg(), model, data, clients_per_round=data.num_clients + 1)
+    with pytest.raises(ValueError, match="features"):
+        _run(fedavg(), LogisticRegression(5, 10), data)
+    with pytest.raises(ValueError, match="rounds"):
+        _run(fedavg(), model, data, rounds=0)
+    with pytest.raises(TypeError, match="rule"):
+        _run(object(), model, data)

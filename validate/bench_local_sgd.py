@@ -1,0 +1,94 @@
+"""Benchmark: Numba local SGD against the same SGD in plain NumPy, measured in one run.
+
+What it shows: the throughput (sample-gradients per second) of ``fairagg.local.train_clients``
+against ``fairagg.local.sgd_reference`` — the identical algorithm (same shuffles, batches,
+momentum) written in NumPy — for the clients of one round of the default experiment
+(Synthetic(1,1), 30 clients, 10 per round, batch 10). Both run on one thread (Numba and BLAS
+pinned) so the ratio compares code, not core counts; the Numba trainer on all threads (parallel over
+clients) is reported too. Target (issue 2): at least 10× on the default logistic model.
+
+Run: ``python validate/bench_local_sgd.py [--out DIR] [--epochs E] [--repeats R]``; writes
+``DIR/bench_local_sgd.{csv,json}`` (default ``runs/bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _bench import median_time, threads, write_results  # noqa: E402
+
+from fairagg.data import synthetic  # noqa: E402
+from fairagg.local import client_shuffles, sgd_reference, train_clients  # noqa: E402
+from fairagg.sampling import sample_clients  # noqa: E402
+from models import MLP, LogisticRegression  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    data = synthetic(1, 1, 30, seed=0)
+    S = sample_clients(30, 10, np.random.default_rng([0, 0, 0]))
+    n = data.num_train_samples[S]
+    E, B, lr = args.epochs, 10, 0.01
+    steps = int(n.sum()) * E  # sample-gradients per call
+    rows = []
+    for model in (LogisticRegression(60, 10), MLP(60, 10, n_hidden=32)):
+        theta = model.init_params(0) + 0.01
+        orders = [client_shuffles(int(n[i]), E, 0, 0, int(k)) for i, k in enumerate(S)]
+        parts = [data.client_train(int(k)) for k in S]
+        out = np.empty((S.size, theta.size))
+
+        def numba_1t(model=model, theta=theta):
+            return train_clients(model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out,
+                                 parallel=False)
+
+        def numba_all(model=model, theta=theta):
+            return train_clients(model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out,
+                                 parallel=True)
+
+        def numpy_ref(model=model, theta=theta, orders=orders, parts=parts):
+            return [sgd_reference(model, theta, X, y, o, batch_size=B, lr=lr)
+                    for (X, y), o in zip(parts, orders, strict=True)]
+
+        # Same numbers first: the benchmark compares equal computations.
+        ref = np.stack([d for d, _, _ in numpy_ref()])
+        err = float(np.abs(numba_1t().deltas - ref).max() / np.abs(ref).max())
+        with threads(1):
+            t1 = median_time({"numba": numba_1t, "numpy": numpy_ref}, args.repeats)
+        tall = median_time({"numba_all": numba_all}, args.repeats)
+        row = {
+            "model": type(model).__name__,
+            "d": model.num_params,
+            "sample_gradients": steps,
+            "numpy_1thread_per_s": steps / t1["numpy"],
+            "numba_1thread_per_s": steps / t1["numba"],
+            "numba_all_threads_per_s": steps / tall["numba_all"],
+            "speedup_1thread": t1["numpy"] / t1["numba"],
+            "speedup_all_threads": t1["numpy"] / tall["numba_all"],
+            "max_rel_diff": err,
+        }
+        rows.append(row)
+    meta = {"clients": S.tolist(), "epochs": E, "batch_size": B, "cpus": os.cpu_count()}
+    write_results(args.out, "bench_local_sgd", rows, meta)
+    print(f"Local SGD, one round of the default experiment ({steps} sample-gradients per call)")
+    print(f"{'model':<20}{'NumPy /s':>12}{'Numba 1t /s':>14}{'ratio':>8}{'Numba all /s':>15}"
+          f"{'ratio':>8}{'max rel diff':>14}")
+    for r in rows:
+        print(f"{r['model']:<20}{r['numpy_1thread_per_s']:>12.3g}{r['numba_1thread_per_s']:>14.3g}"
+              f"{r['speedup_1thread']:>7.1f}x{r['numba_all_threads_per_s']:>15.3g}"
+              f"{r['speedup_all_threads']:>7.1f}x{r['max_rel_diff']:>14.1e}")
+    print(f"wrote {args.out}/bench_local_sgd.csv and .json")
+
+
+if __name__ == "__main__":
+    main()
