@@ -21,9 +21,9 @@ __all__ = [
     "MAX_SAMPLES",
     "classification_data",
     "finite_floats",
+    "flat_models",
     "flat_params",
     "l2_coefficients",
-    "models",
     "num_samples",
     "update_matrices",
 ]
@@ -64,7 +64,7 @@ def update_matrices(
     bound: float = 10.0,
     dtype: Any = np.float64,
 ) -> np.ndarray:
-    """A finite (m, d) update matrix δ with m ≥ min_m ≥ 1 and d ≥ min_d ≥ 1 (m = 1, d = 1 included)."""
+    """A finite (m, d) update matrix δ, m ≥ min_m ≥ 1 and d ≥ min_d ≥ 1 (m = 1, d = 1 included)."""
     m = draw(st.integers(min_m, max_m))
     d = draw(st.integers(min_d, max_d))
     return draw(_float_array((m, d), bound, dtype))
@@ -103,7 +103,7 @@ def l2_coefficients(max_value: float = 1.0) -> st.SearchStrategy[float]:
 
 
 @st.composite
-def models(
+def flat_models(
     draw: st.DrawFn,
     kind: str,
     n_features: int,
@@ -124,5 +124,5 @@ def models(
 def flat_params(
     model: FlatModel, *, bound: float = 1.0, dtype: Any = np.float64
 ) -> st.SearchStrategy[np.ndarray]:
-    """A flat parameter vector for ``model``, shape (model.num_params,), entries in [-bound, bound]."""
+    """A flat parameter vector for ``model``, shape (num_params,), entries in [-bound, bound]."""
     return _float_array((model.num_params,), bound, dtype)

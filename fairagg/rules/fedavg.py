@@ -79,7 +79,8 @@ def apply_weighted_update(
     theta = as_float_array(params, "params", ndim=1, finite=False)
     D = as_float_array(deltas, "deltas", shape=(None, theta.shape[0]), min_size=1, finite=False)
     w = as_float_array(weights, "weights", shape=(D.shape[0],), dtype=np.float64, allow_int=True)
-    out = theta - weighted_sum(w, D, backend)
+    with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below, with the argument's name
+        out = theta - weighted_sum(w, D, backend)
     if not np.all(np.isfinite(out)):
         # Locate the culprit only on failure: checking (m, d) up front would double the cost.
         check_finite(theta, "params")
