@@ -11,8 +11,19 @@ from fairagg import RULES
 from fairagg.cli import main
 from fairagg.metrics import fairness_summary
 
-SMALL = ["--clients", "6", "--rounds", "3", "--epochs", "1", "--model", "logistic", "--quiet",
-         "--data", "synthetic:0.5,0.5"]
+SMALL = [
+    "--clients",
+    "6",
+    "--rounds",
+    "3",
+    "--epochs",
+    "1",
+    "--model",
+    "logistic",
+    "--quiet",
+    "--data",
+    "synthetic:0.5,0.5",
+]
 
 
 def test_rules_lists_the_registry(capsys):
@@ -24,10 +35,20 @@ def test_rules_lists_the_registry(capsys):
 
 def test_run_writes_every_output(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--rule", "fairavg", "--clients-per-round", "3", "--out", str(out),
-                 *SMALL]) == 0
-    for name in ("config.json", "rounds.csv", "clients.csv", "summary.json", "history.npz",
-                 "curves.png", "accuracy_distribution.png", "acf.png"):
+    assert (
+        main(["run", "--rule", "fairavg", "--clients-per-round", "3", "--out", str(out), *SMALL])
+        == 0
+    )
+    for name in (
+        "config.json",
+        "rounds.csv",
+        "clients.csv",
+        "summary.json",
+        "history.npz",
+        "curves.png",
+        "accuracy_distribution.png",
+        "acf.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     with open(out / "clients.csv") as fh:
@@ -44,8 +65,18 @@ def test_run_writes_every_output(tmp_path, capsys):
 
 def test_compare_runs_every_rule_seed_and_kprime(tmp_path, capsys):
     out = tmp_path / "cmp"
-    argv = ["compare", "--rules", "fedavg,fairavg", "--seeds", "0,1", "--clients-per-round",
-            "2,3", "--out", str(out), *SMALL]
+    argv = [
+        "compare",
+        "--rules",
+        "fedavg,fairavg",
+        "--seeds",
+        "0,1",
+        "--clients-per-round",
+        "2,3",
+        "--out",
+        str(out),
+        *SMALL,
+    ]
     assert main(argv) == 0
     with open(out / "summary.csv") as fh:
         rows = list(csv.DictReader(fh))

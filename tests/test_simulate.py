@@ -10,7 +10,7 @@ from fairagg.data import synthetic
 from fairagg.local import train_clients
 from fairagg.sampling import sample_clients
 from fairagg.types import Aggregate, EmptyState, Rule
-from models import LogisticRegression, MLP
+from models import MLP, LogisticRegression
 from tests.tolerances import assert_close
 
 ROUNDS = 4

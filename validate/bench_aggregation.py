@@ -29,52 +29,58 @@ from fairagg.kernels import weighted_sum  # noqa: E402
 SIZES = ((10, 10**5), (100, 10**5), (10, 10**6), (100, 10**6))
 
 
+def measure(m: int, d: int, repeats: int, rng: np.random.Generator) -> dict:
+    """One row of the table: medians of the probe, the FedAvg step and the bare weighted sum."""
+    rule = fedavg()
+    deltas = rng.standard_normal((m, d))
+    theta = rng.standard_normal(d)
+    reports = make_reports(deltas, rng.integers(50, 500, m))
+    state = rule.init(theta, m)
+    w = reports.num_samples / reports.num_samples.sum()
+    probe_array = np.ones(m * d)
+    # Interleaved in one loop so that the machine's noise hits the probe and the step alike.
+    times = median_time(
+        {
+            "probe": lambda: read_probe(probe_array),
+            "step": lambda: rule.step(theta, reports, state),
+            "weighted_sum": lambda: weighted_sum(w, deltas),
+        },
+        repeats,
+        block=5,
+    )
+    gb = deltas.nbytes / 1e9
+    probe = gb / times["probe"]
+    return {
+        "m": m,
+        "d": d,
+        "m_times_d": m * d,
+        "probe_GBps": probe,
+        "step_GBps": gb / times["step"],
+        "weighted_sum_GBps": gb / times["weighted_sum"],
+        "step_ratio": gb / times["step"] / probe,
+        "weighted_sum_ratio": gb / times["weighted_sum"] / probe,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    rule = fedavg()
-    rows = []
-    for m, d in SIZES:
-        deltas = rng.standard_normal((m, d))
-        theta = rng.standard_normal(d)
-        reports = make_reports(deltas, rng.integers(50, 500, m))
-        state = rule.init(theta, m)
-        w = reports.num_samples / reports.num_samples.sum()
-        probe_array = np.ones(m * d)
-        # Interleaved in one loop so that the machine's noise hits the probe and the step alike.
-        times = median_time(
-            {
-                "probe": lambda: read_probe(probe_array),
-                "step": lambda: rule.step(theta, reports, state),
-                "weighted_sum": lambda: weighted_sum(w, deltas),
-            },
-            args.repeats,
-            block=5,
-        )
-        gb = deltas.nbytes / 1e9
-        probe = gb / times["probe"]
-        rows.append({
-            "m": m,
-            "d": d,
-            "m_times_d": m * d,
-            "probe_GBps": probe,
-            "step_GBps": gb / times["step"],
-            "weighted_sum_GBps": gb / times["weighted_sum"],
-            "step_ratio": gb / times["step"] / probe,
-            "weighted_sum_ratio": gb / times["weighted_sum"] / probe,
-        })
-        del deltas, reports, probe_array
+    rows = [measure(m, d, args.repeats, rng) for m, d in SIZES]
     write_results(args.out, "bench_aggregation", rows, {"cpus": os.cpu_count()})
     print("Aggregation (FedAvg step) against a memory-read probe in the same run, float64")
-    print(f"{'m':>5}{'d':>9}{'probe GB/s':>12}{'step GB/s':>11}{'ratio':>7}{'wsum GB/s':>11}"
-          f"{'ratio':>7}")
+    print(
+        f"{'m':>5}{'d':>9}{'probe GB/s':>12}{'step GB/s':>11}{'ratio':>7}{'wsum GB/s':>11}"
+        f"{'ratio':>7}"
+    )
     for r in rows:
-        print(f"{r['m']:>5}{r['d']:>9}{r['probe_GBps']:>12.1f}{r['step_GBps']:>11.1f}"
-              f"{r['step_ratio']:>7.2f}{r['weighted_sum_GBps']:>11.1f}"
-              f"{r['weighted_sum_ratio']:>7.2f}")
+        print(
+            f"{r['m']:>5}{r['d']:>9}{r['probe_GBps']:>12.1f}{r['step_GBps']:>11.1f}"
+            f"{r['step_ratio']:>7.2f}{r['weighted_sum_GBps']:>11.1f}"
+            f"{r['weighted_sum_ratio']:>7.2f}"
+        )
     print(f"wrote {args.out}/bench_aggregation.csv and .json")
 
 

@@ -48,17 +48,21 @@ def main() -> None:
         parts = [data.client_train(int(k)) for k in S]
         out = np.empty((S.size, theta.size))
 
-        def numba_1t(model=model, theta=theta):
-            return train_clients(model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out,
-                                 parallel=False)
+        def numba_1t(model=model, theta=theta, out=out):
+            return train_clients(
+                model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out, parallel=False
+            )
 
-        def numba_all(model=model, theta=theta):
-            return train_clients(model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out,
-                                 parallel=True)
+        def numba_all(model=model, theta=theta, out=out):
+            return train_clients(
+                model, theta, data, S, epochs=E, batch_size=B, lr=lr, out=out, parallel=True
+            )
 
         def numpy_ref(model=model, theta=theta, orders=orders, parts=parts):
-            return [sgd_reference(model, theta, X, y, o, batch_size=B, lr=lr)
-                    for (X, y), o in zip(parts, orders, strict=True)]
+            return [
+                sgd_reference(model, theta, X, y, o, batch_size=B, lr=lr)
+                for (X, y), o in zip(parts, orders, strict=True)
+            ]
 
         # Same numbers first: the benchmark compares equal computations.
         ref = np.stack([d for d, _, _ in numpy_ref()])
@@ -81,12 +85,16 @@ def main() -> None:
     meta = {"clients": S.tolist(), "epochs": E, "batch_size": B, "cpus": os.cpu_count()}
     write_results(args.out, "bench_local_sgd", rows, meta)
     print(f"Local SGD, one round of the default experiment ({steps} sample-gradients per call)")
-    print(f"{'model':<20}{'NumPy /s':>12}{'Numba 1t /s':>14}{'ratio':>8}{'Numba all /s':>15}"
-          f"{'ratio':>8}{'max rel diff':>14}")
+    print(
+        f"{'model':<20}{'NumPy /s':>12}{'Numba 1t /s':>14}{'ratio':>8}{'Numba all /s':>15}"
+        f"{'ratio':>8}{'max rel diff':>14}"
+    )
     for r in rows:
-        print(f"{r['model']:<20}{r['numpy_1thread_per_s']:>12.3g}{r['numba_1thread_per_s']:>14.3g}"
-              f"{r['speedup_1thread']:>7.1f}x{r['numba_all_threads_per_s']:>15.3g}"
-              f"{r['speedup_all_threads']:>7.1f}x{r['max_rel_diff']:>14.1e}")
+        print(
+            f"{r['model']:<20}{r['numpy_1thread_per_s']:>12.3g}{r['numba_1thread_per_s']:>14.3g}"
+            f"{r['speedup_1thread']:>7.1f}x{r['numba_all_threads_per_s']:>15.3g}"
+            f"{r['speedup_all_threads']:>7.1f}x{r['max_rel_diff']:>14.1e}"
+        )
     print(f"wrote {args.out}/bench_local_sgd.csv and .json")
 
 
