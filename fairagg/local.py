@@ -33,10 +33,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit, prange
 
 from models import FlatModel
-from models._kernels import batch_loss_grad, work_size
+from models._kernels import sgd_clients_parallel, sgd_clients_serial
 
 from ._checks import as_int_array, check_int, check_real
 
@@ -78,130 +77,6 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
     for e in range(epochs):
         out[e] = rng.permutation(num_samples)
     return out
-
-
-@njit(cache=True)
-def _train_one(
-    theta, X, y, all_rows, lo, hi, perm, p0, epochs, B, lr, mu, prox, H, C, act, l2, delta
-):
-    d = theta.size
-    n = hi - lo
-    work = np.empty(work_size(H, C), dtype=theta.dtype)
-    no_grad = np.empty(0, dtype=theta.dtype)
-    loss0, correct0 = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work)
-    w = theta.copy()
-    v = np.zeros(d, dtype=theta.dtype)
-    g = np.empty(d, dtype=theta.dtype)
-    for e in range(epochs):
-        base = p0 + e * n
-        for s in range(0, n, B):
-            stop = min(s + B, n)
-            batch_loss_grad(w, X, y, perm, base + s, base + stop, H, C, act, l2, g, work)
-            if prox != 0.0:
-                for q in range(d):
-                    g[q] += prox * (w[q] - theta[q])
-            if mu != 0.0:
-                for q in range(d):
-                    v[q] = mu * v[q] + g[q]
-                    w[q] -= lr * v[q]
-            else:
-                for q in range(d):
-                    w[q] -= lr * g[q]
-    for q in range(d):
-        delta[q] = theta[q] - w[q]
-    return loss0, correct0 / n
-
-
-@njit(cache=True)
-def _train_serial(
-    theta,
-    X,
-    y,
-    all_rows,
-    los,
-    his,
-    perms,
-    p0s,
-    epochs,
-    B,
-    lr,
-    mu,
-    prox,
-    H,
-    C,
-    act,
-    l2,
-    deltas,
-    losses,
-    accs,
-):
-    for i in range(los.size):
-        losses[i], accs[i] = _train_one(
-            theta,
-            X,
-            y,
-            all_rows,
-            los[i],
-            his[i],
-            perms,
-            p0s[i],
-            epochs,
-            B,
-            lr,
-            mu,
-            prox,
-            H,
-            C,
-            act,
-            l2,
-            deltas[i],
-        )
-
-
-@njit(cache=True, parallel=True)
-def _train_parallel(
-    theta,
-    X,
-    y,
-    all_rows,
-    los,
-    his,
-    perms,
-    p0s,
-    epochs,
-    B,
-    lr,
-    mu,
-    prox,
-    H,
-    C,
-    act,
-    l2,
-    deltas,
-    losses,
-    accs,
-):
-    for i in prange(los.size):
-        losses[i], accs[i] = _train_one(
-            theta,
-            X,
-            y,
-            all_rows,
-            los[i],
-            his[i],
-            perms,
-            p0s[i],
-            epochs,
-            B,
-            lr,
-            mu,
-            prox,
-            H,
-            C,
-            act,
-            l2,
-            deltas[i],
-        )
 
 
 def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: Any):
@@ -299,7 +174,7 @@ def train_clients(
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
     H, act = model._kernel_dims()
-    kernel = _train_parallel if parallel else _train_serial
+    kernel = sgd_clients_parallel if parallel else sgd_clients_serial
     kernel(
         theta,
         X,

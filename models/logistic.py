@@ -1,8 +1,9 @@
 """Multinomial logistic regression on one flat parameter vector.
 
-Parameter layout (length ``d = p*C + C``): ``params[:p*C]`` is the weight matrix ``W`` of shape
-``(p, C)`` in row-major order (``W[j, c] = params[j*C + c]``), ``params[p*C:]`` the bias ``b``.
-The model computes logits ``z = x W + b`` and the loss
+Parameter layout (length ``d = C*p + C``): ``params[:C*p]`` is the weight matrix ``W`` of shape
+``(C, p)`` in row-major order (``W[c, j] = params[c*p + j]``; (out, in) like PyTorch's
+``nn.Linear.weight``), ``params[C*p:]`` the bias ``b``. The model computes logits
+``z = W x + b`` and the loss
 
 .. math::
 
@@ -49,19 +50,19 @@ class LogisticRegression(FlatModel):
 
     @property
     def num_params(self) -> int:
-        """Length d = p·C + C of the flat parameter vector."""
+        """Length d = C·p + C of the flat parameter vector."""
         return self.n_features * self.n_classes + self.n_classes
 
     def layout(self) -> dict[str, tuple[slice, tuple[int, ...]]]:
         """Name → (slice of the flat vector, shape) for each parameter block."""
         p, C = self.n_features, self.n_classes
-        return {"W": (slice(0, p * C), (p, C)), "b": (slice(p * C, p * C + C), (C,))}
+        return {"W": (slice(0, C * p), (C, p)), "b": (slice(C * p, C * p + C), (C,))}
 
     def unpack(self, params: Any) -> tuple[np.ndarray, np.ndarray]:
         """Views ``(W, b)`` of a flat parameter vector."""
         theta = self._check_params(params)
         p, C = self.n_features, self.n_classes
-        return theta[: p * C].reshape(p, C), theta[p * C :]
+        return theta[: C * p].reshape(C, p), theta[C * p :]
 
     def init_params(self, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
         """Zeros (the convex problem needs no symmetry breaking); ``seed`` is unused."""
@@ -72,26 +73,26 @@ class LogisticRegression(FlatModel):
         return 0, 0
 
     def logits(self, params: Any, X: Any) -> np.ndarray:
-        """Logits ``X W + b``, shape (n, C)."""
+        """Logits ``X Wᵀ + b``, shape (n, C)."""
         W, b = self.unpack(params)
-        return self._check_X(X) @ W + b
+        return self._check_X(X) @ W.T + b
 
     def loss_and_grad(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
         """Mean cross-entropy (+ L2) and its gradient, NumPy float64 reference.
 
-        With ``P = softmax(Z)`` and ``Y`` the one-hot labels, ``∂F/∂W = Xᵀ(P − Y)/n + λW`` and
+        With ``P = softmax(Z)`` and ``Y`` the one-hot labels, ``∂F/∂W = (P − Y)ᵀX/n + λW`` and
         ``∂F/∂b = mean(P − Y)``.
         """
         W, b = self.unpack(params)
         X, y = self._check_data(X, y)
         n = X.shape[0]
-        Z = X @ W + b
+        Z = X @ W.T + b
         Z = Z - Z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(Z).sum(axis=1))
         rows = np.arange(n)
         loss = float(np.mean(lse - Z[rows, y]) + 0.5 * self.l2 * np.sum(W * W))
         P = np.exp(Z - lse[:, None])
         P[rows, y] -= 1.0
-        gW = X.T @ P / n + self.l2 * W
+        gW = P.T @ X / n + self.l2 * W
         gb = P.mean(axis=0)
         return loss, np.concatenate([gW.ravel(), gb])

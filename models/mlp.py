@@ -1,9 +1,9 @@
 """A one-hidden-layer perceptron (two dense layers) on one flat parameter vector.
 
-Parameter layout (length ``d = p*H + H + H*C + C``), row-major blocks concatenated:
-``W1 (p, H) | b1 (H,) | W2 (H, C) | b2 (C,)``. The model computes
-``h = σ(x W1 + b1)``, logits ``z = h W2 + b2`` with σ = tanh (default, smooth) or ReLU
-(derivative taken as 0 at 0), and the loss
+Parameter layout (length ``d = H*p + H + C*H + C``), row-major blocks concatenated, weight
+matrices (out, in) like PyTorch's ``nn.Linear.weight``: ``W1 (H, p) | b1 (H,) | W2 (C, H) |
+b2 (C,)``. The model computes ``h = σ(W1 x + b1)``, logits ``z = W2 h + b2`` with σ = tanh
+(default, smooth) or ReLU (derivative taken as 0 at 0), and the loss
 
 .. math::
 
@@ -61,16 +61,16 @@ class MLP(FlatModel):
 
     @property
     def num_params(self) -> int:
-        """Length d = p·H + H + H·C + C of the flat parameter vector."""
+        """Length d = H·p + H + C·H + C of the flat parameter vector."""
         p, H, C = self.n_features, self.n_hidden, self.n_classes
-        return p * H + H + H * C + C
+        return H * p + H + C * H + C
 
     def layout(self) -> dict[str, tuple[slice, tuple[int, ...]]]:
         """Name → (slice of the flat vector, shape) for each parameter block."""
         p, H, C = self.n_features, self.n_hidden, self.n_classes
         out: dict[str, tuple[slice, tuple[int, ...]]] = {}
         start = 0
-        for name, shape in (("W1", (p, H)), ("b1", (H,)), ("W2", (H, C)), ("b2", (C,))):
+        for name, shape in (("W1", (H, p)), ("b1", (H,)), ("W2", (C, H)), ("b2", (C,))):
             size = int(np.prod(shape))
             out[name] = (slice(start, start + size), shape)
             start += size
@@ -88,7 +88,7 @@ class MLP(FlatModel):
         rng = np.random.default_rng(seed)
         theta = np.zeros(self.num_params, dtype=np.float64)
         for name in ("W1", "W2"):
-            sl, (fan_in, fan_out) = self.layout()[name]
+            sl, (fan_out, fan_in) = self.layout()[name]
             bound = np.sqrt(6.0 / (fan_in + fan_out))
             theta[sl] = rng.uniform(-bound, bound, size=fan_in * fan_out)
         return theta.astype(dtype, copy=False)
@@ -100,18 +100,18 @@ class MLP(FlatModel):
         return np.tanh(A) if self.activation == "tanh" else np.maximum(A, 0.0)
 
     def logits(self, params: Any, X: Any) -> np.ndarray:
-        """Logits ``σ(X W1 + b1) W2 + b2``, shape (n, C)."""
+        """Logits ``σ(X W1ᵀ + b1) W2ᵀ + b2``, shape (n, C)."""
         W1, b1, W2, b2 = self.unpack(params)
-        return self._hidden(self._check_X(X) @ W1 + b1) @ W2 + b2
+        return self._hidden(self._check_X(X) @ W1.T + b1) @ W2.T + b2
 
     def loss_and_grad(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
         """Mean cross-entropy (+ L2) and its gradient by backpropagation, NumPy reference."""
         W1, b1, W2, b2 = self.unpack(params)
         X, y = self._check_data(X, y)
         n = X.shape[0]
-        A = X @ W1 + b1
+        A = X @ W1.T + b1
         Hh = self._hidden(A)
-        Z = Hh @ W2 + b2
+        Z = Hh @ W2.T + b2
         Z = Z - Z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(Z).sum(axis=1))
         rows = np.arange(n)
@@ -120,10 +120,10 @@ class MLP(FlatModel):
         dZ = np.exp(Z - lse[:, None])
         dZ[rows, y] -= 1.0
         dZ /= n
-        gW2 = Hh.T @ dZ + self.l2 * W2
+        gW2 = dZ.T @ Hh + self.l2 * W2
         gb2 = dZ.sum(axis=0)
-        dH = dZ @ W2.T
+        dH = dZ @ W2
         dA = dH * (1.0 - Hh * Hh) if self.activation == "tanh" else dH * (A > 0.0)
-        gW1 = X.T @ dA + self.l2 * W1
+        gW1 = dA.T @ X + self.l2 * W1
         gb1 = dA.sum(axis=0)
         return loss, np.concatenate([gW1.ravel(), gb1, gW2.ravel(), gb2])

@@ -90,11 +90,11 @@ def test_logistic_zero_params_loss_is_log_C_and_bias_grad_is_uniform_minus_label
     loss, grad = model.loss_and_grad(model.init_params(), X, y)
     onehot = np.eye(C)[y]
     # All logits are 0, so every softmax probability is 1/C: the loss is log C, ∂F/∂b is
-    # mean(1/C − onehot) and ∂F/∂W = Xᵀ(1/C − onehot)/n.
+    # mean(1/C − onehot) and ∂F/∂W = (1/C − onehot)ᵀX/n (W is (C, p), as nn.Linear).
     assert_close(loss, np.log(C))
     W_grad, b_grad = model.unpack(grad)
     assert_close(b_grad, -onehot.mean(axis=0) + 1.0 / C)
-    assert_close(W_grad, X.T @ (1.0 / C - onehot) / X.shape[0])
+    assert_close(W_grad, (1.0 / C - onehot).T @ X / X.shape[0])
 
 
 def test_logistic_zero_params_hand_example():
@@ -151,7 +151,7 @@ def test_logistic_num_params_is_pC_plus_C(p, C):
 def test_logistic_layout_blocks_in_documented_order(p, C):
     layout = LogisticRegression(p, C).layout()
     assert list(layout) == ["W", "b"]
-    assert layout["W"] == (slice(0, p * C), (p, C))
+    assert layout["W"] == (slice(0, p * C), (C, p))
     assert layout["b"] == (slice(p * C, p * C + C), (C,))
 
 
@@ -160,11 +160,11 @@ def test_logistic_unpack_returns_row_major_views(p, C):
     model = LogisticRegression(p, C)
     theta = np.arange(model.num_params, dtype=np.float64)
     W, b = model.unpack(theta)
-    assert W.shape == (p, C) and b.shape == (C,)
+    assert W.shape == (C, p) and b.shape == (C,)
     assert np.shares_memory(W, theta) and np.shares_memory(b, theta)
-    for j in range(p):
-        for c in range(C):
-            assert W[j, c] == theta[j * C + c]
+    for c in range(C):
+        for j in range(p):
+            assert W[c, j] == theta[c * p + j]
     np.testing.assert_array_equal(b, theta[p * C :])
     # Round trip: concatenating the blocks gives back the flat vector.
     np.testing.assert_array_equal(np.concatenate([W.ravel(), b]), theta)
@@ -198,11 +198,11 @@ def test_logistic_predict_first_index_on_ties():
 @given(problems())
 def test_logistic_predict_is_argmax_of_logits(problem):
     model, theta, X, _ = problem
-    W = theta[: model.n_features * model.n_classes].reshape(model.n_features, model.n_classes)
+    W = theta[: model.n_features * model.n_classes].reshape(model.n_classes, model.n_features)
     b = theta[model.n_features * model.n_classes :]
     pred = model.predict(theta, X)
     assert pred.dtype == np.int64
-    np.testing.assert_array_equal(pred, np.argmax(X @ W + b, axis=1))
+    np.testing.assert_array_equal(pred, np.argmax(X @ W.T + b, axis=1))
 
 
 @given(problems())

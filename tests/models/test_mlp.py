@@ -22,7 +22,7 @@ ACTIVATIONS = ["tanh", "relu"]
 # straddle the kink and return the average of the two one-sided slopes, and two correct
 # implementations that round a ~0 pre-activation differently take opposite branches. Examples whose
 # hidden pre-activations come within this margin of 0 are discarded. 1e-3 is far above both the
-# FD step's effect on a pre-activation (h·max|x| ≤ 1e-6) and float32 rounding of x W1 + b1 (~1e-6).
+# FD step's effect on a pre-activation (h·max|x| ≤ 1e-6) and float32 rounding of W1 x + b1 (~1e-6).
 RELU_MARGIN = 1e-3
 
 
@@ -38,7 +38,7 @@ def central_differences(f, theta: np.ndarray, h: float = H_FD) -> np.ndarray:
 
 def pre_activations(model: MLP, theta: np.ndarray, X: np.ndarray) -> np.ndarray:
     W1, b1, _, _ = model.unpack(theta.astype(np.float64))
-    return X @ W1 + b1
+    return X @ W1.T + b1
 
 
 def away_from_kinks(model: MLP, theta: np.ndarray, X: np.ndarray) -> bool:
@@ -181,9 +181,9 @@ def test_mlp_num_params_formula(p, C, H):
 def test_mlp_layout_blocks_in_documented_order(p, C, H):
     layout = MLP(p, C, n_hidden=H).layout()
     assert list(layout) == ["W1", "b1", "W2", "b2"]
-    assert layout["W1"] == (slice(0, p * H), (p, H))
+    assert layout["W1"] == (slice(0, p * H), (H, p))
     assert layout["b1"] == (slice(p * H, p * H + H), (H,))
-    assert layout["W2"] == (slice(p * H + H, p * H + H + H * C), (H, C))
+    assert layout["W2"] == (slice(p * H + H, p * H + H + H * C), (C, H))
     assert layout["b2"] == (slice(p * H + H + H * C, p * H + H + H * C + C), (C,))
 
 
@@ -192,11 +192,11 @@ def test_mlp_unpack_returns_row_major_views(p, C, H):
     model = MLP(p, C, n_hidden=H)
     theta = np.arange(model.num_params, dtype=np.float64)
     W1, b1, W2, b2 = model.unpack(theta)
-    assert (W1.shape, b1.shape, W2.shape, b2.shape) == ((p, H), (H,), (H, C), (C,))
+    assert (W1.shape, b1.shape, W2.shape, b2.shape) == ((H, p), (H,), (C, H), (C,))
     for block in (W1, b1, W2, b2):
         assert np.shares_memory(block, theta)
-    assert W1[p - 1, H - 1] == theta[(p - 1) * H + H - 1]
-    assert W2[H - 1, 0] == theta[p * H + H + (H - 1) * C]
+    assert W1[H - 1, p - 1] == theta[(H - 1) * p + p - 1]
+    assert W2[C - 1, 0] == theta[p * H + H + (C - 1) * H]
     np.testing.assert_array_equal(
         np.concatenate([W1.ravel(), b1, W2.ravel(), b2]), theta
     )  # round trip
@@ -243,9 +243,9 @@ def test_make_model_builds_mlp():
 def test_mlp_predict_is_argmax_of_logits_and_accuracy_in_unit_interval(activation, data):
     model, theta, X, y = data.draw(problems(activation, avoid_kinks=False))
     W1, b1, W2, b2 = model.unpack(theta)
-    A = X @ W1 + b1
+    A = X @ W1.T + b1
     Hh = np.tanh(A) if activation == "tanh" else np.maximum(A, 0.0)
-    np.testing.assert_array_equal(model.predict(theta, X), np.argmax(Hh @ W2 + b2, axis=1))
+    np.testing.assert_array_equal(model.predict(theta, X), np.argmax(Hh @ W2.T + b2, axis=1))
     acc = model.accuracy(theta, X, y)
     assert 0.0 <= acc <= 1.0
     assert acc == np.mean(model.predict(theta, X) == y)
