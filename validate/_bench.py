@@ -14,20 +14,23 @@ from numba import njit, prange
 
 
 def median_time(
-    fns: dict[str, Callable[[], object]], repeats: int, block: int = 1
+    fns: dict[str, Callable[[], object]], repeats: int, block: int = 1, settle: float = 0.0
 ) -> dict[str, float]:
     """Median wall time of each callable over ``repeats`` rounds of ``block`` calls each.
 
     Rounds are interleaved so that slow phases of a shared machine hit every callable. ``block``
     > 1 runs each callable several times in a row: the first call after switching between thread
     pools (BLAS, Numba) can pay for the other pool's threads still spinning, and the median then
-    discards it.
+    discards it. ``settle`` seconds of sleep before each switch let idle pool threads stop
+    spinning (OpenBLAS's keep spinning for a while after a call and steal cores from Numba's).
     """
     times: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():  # warm-up (compilation, page faults)
         fn()
     for _ in range(repeats):
         for key, fn in fns.items():
+            if settle:
+                time.sleep(settle)
             for _ in range(block):
                 t0 = time.perf_counter()
                 fn()

@@ -2,8 +2,8 @@
 
 What it shows: for m client updates of length d (float64, one preallocated C-contiguous (m, d)
 buffer, as the simulator keeps them), the time of FedAvg's full ``step`` (validation, weights,
-θ − Σ a_k δ_k) and of the bare weighted sum, as GB/s of the (m, d) matrix read once, and as a
-ratio to a memory-read probe (a parallel Numba sum over an array of the same size) timed in the
+θ − Σ a_k δ_k, the finiteness check) on each backend, as GB/s of the (m, d) matrix read once, and
+as a ratio to a memory-read probe (a parallel Numba sum over an array of the same size) timed in the
 same process. Aggregation is memory-bound: the probe is its physical limit. Target (issue 2): at
 least 70 % of the probe for m·d ≥ 10⁷.
 
@@ -24,42 +24,31 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _bench import median_time, read_probe, write_results  # noqa: E402
 
 from fairagg import fedavg, make_reports  # noqa: E402
-from fairagg.kernels import weighted_sum  # noqa: E402
+from fairagg.kernels import BACKENDS  # noqa: E402
 
 SIZES = ((10, 10**5), (100, 10**5), (10, 10**6), (100, 10**6))
 
 
 def measure(m: int, d: int, repeats: int, rng: np.random.Generator) -> dict:
-    """One row of the table: medians of the probe, the FedAvg step and the bare weighted sum."""
-    rule = fedavg()
+    """One row of the table: medians of the probe and of the FedAvg step on each backend."""
     deltas = rng.standard_normal((m, d))
     theta = rng.standard_normal(d)
     reports = make_reports(deltas, rng.integers(50, 500, m))
-    state = rule.init(theta, m)
-    w = reports.num_samples / reports.num_samples.sum()
     probe_array = np.ones(m * d)
-    # Interleaved in one loop so that the machine's noise hits the probe and the step alike.
-    times = median_time(
-        {
-            "probe": lambda: read_probe(probe_array),
-            "step": lambda: rule.step(theta, reports, state),
-            "weighted_sum": lambda: weighted_sum(w, deltas),
-        },
-        repeats,
-        block=5,
-    )
+    fns = {"probe": lambda: read_probe(probe_array)}
+    for backend in BACKENDS:
+        rule = fedavg(backend=backend)
+        state = rule.init(theta, m)
+        fns[backend] = lambda rule=rule, state=state: rule.step(theta, reports, state)
+    # Interleaved in one loop so that the machine's noise hits the probe and the steps alike.
+    times = median_time(fns, repeats, block=5, settle=0.2)
     gb = deltas.nbytes / 1e9
     probe = gb / times["probe"]
-    return {
-        "m": m,
-        "d": d,
-        "m_times_d": m * d,
-        "probe_GBps": probe,
-        "step_GBps": gb / times["step"],
-        "weighted_sum_GBps": gb / times["weighted_sum"],
-        "step_ratio": gb / times["step"] / probe,
-        "weighted_sum_ratio": gb / times["weighted_sum"] / probe,
-    }
+    row = {"m": m, "d": d, "m_times_d": m * d, "probe_GBps": probe}
+    for backend in BACKENDS:
+        row[f"{backend}_GBps"] = gb / times[backend]
+        row[f"{backend}_ratio"] = gb / times[backend] / probe
+    return row
 
 
 def main() -> None:
@@ -72,15 +61,12 @@ def main() -> None:
     write_results(args.out, "bench_aggregation", rows, {"cpus": os.cpu_count()})
     print("Aggregation (FedAvg step) against a memory-read probe in the same run, float64")
     print(
-        f"{'m':>5}{'d':>9}{'probe GB/s':>12}{'step GB/s':>11}{'ratio':>7}{'wsum GB/s':>11}"
-        f"{'ratio':>7}"
+        f"{'m':>5}{'d':>9}{'probe GB/s':>12}"
+        + "".join(f"{b + ' GB/s':>13}{'ratio':>7}" for b in BACKENDS)
     )
     for r in rows:
-        print(
-            f"{r['m']:>5}{r['d']:>9}{r['probe_GBps']:>12.1f}{r['step_GBps']:>11.1f}"
-            f"{r['step_ratio']:>7.2f}{r['weighted_sum_GBps']:>11.1f}"
-            f"{r['weighted_sum_ratio']:>7.2f}"
-        )
+        cells = "".join(f"{r[b + '_GBps']:>13.1f}{r[b + '_ratio']:>7.2f}" for b in BACKENDS)
+        print(f"{r['m']:>5}{r['d']:>9}{r['probe_GBps']:>12.1f}" + cells)
     print(f"wrote {args.out}/bench_aggregation.csv and .json")
 
 

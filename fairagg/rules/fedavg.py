@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import as_float_array, as_int_array, check_finite, check_int
-from ..kernels import check_backend, weighted_sum
+from ..kernels import check_backend, weighted_update
 from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
 
 __all__ = [
@@ -69,7 +69,8 @@ def apply_weighted_update(
         δ_k = θ^t − θ_k, one row per client.
     weights : ndarray, shape (m,)
         Finite weights (not required to sum to 1: callers such as q-FedAvg pass their own).
-    backend : {"numpy"}
+    backend : {"numpy", "numba"}
+        ``"numpy"`` is the reference; ``"numba"`` makes one parallel pass over ``deltas``.
 
     Returns
     -------
@@ -80,8 +81,8 @@ def apply_weighted_update(
     D = as_float_array(deltas, "deltas", shape=(None, theta.shape[0]), min_size=1, finite=False)
     w = as_float_array(weights, "weights", shape=(D.shape[0],), dtype=np.float64, allow_int=True)
     with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below, with the argument's name
-        out = theta - weighted_sum(w, D, backend)
-    if not np.all(np.isfinite(out)):
+        out, maybe_finite = weighted_update(theta, D, w, backend)
+    if not maybe_finite and not np.all(np.isfinite(out)):
         # Locate the culprit only on failure: checking (m, d) up front would double the cost.
         check_finite(theta, "params")
         check_finite(D, "deltas")
