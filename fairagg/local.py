@@ -173,30 +173,11 @@ def train_clients(
         perms[p0s[i] : p0s[i] + order.size] = (order + los[i]).ravel()
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
-    H, act = model._kernel_dims()
     kernel = sgd_clients_parallel if parallel else sgd_clients_serial
-    kernel(
-        theta,
-        X,
-        y,
-        np.arange(X.shape[0], dtype=np.int64),
-        los,
-        his,
-        perms,
-        p0s,
-        epochs,
-        batch_size,
-        lr,
-        momentum,
-        prox_mu,
-        H,
-        model.n_classes,
-        act,
-        float(model.l2),
-        out,
-        losses,
-        accs,
-    )
+    H, act = model._kernel_dims()
+    hyper = (epochs, batch_size, lr, momentum, prox_mu, H, model.n_classes, act, float(model.l2))
+    all_rows = np.arange(X.shape[0], dtype=np.int64)
+    kernel(theta, X, y, all_rows, los, his, perms, p0s, hyper, out, losses, accs)
     return LocalResult(out, losses, accs, sizes)
 
 

@@ -199,11 +199,14 @@ def evaluate_segments(params, X, y, offsets, n_hidden, n_classes, act, l2, losse
 
 
 @njit(cache=True)
-def sgd_one_client(
-    theta, X, y, all_rows, lo, hi, perm, p0, epochs, B, lr, mu, prox, H, C, act, l2, delta
-):
+def sgd_one_client(theta, X, y, all_rows, lo, hi, perm, p0, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
-    ``delta`` and returns (F_k(theta), training accuracy of theta)."""
+    ``delta`` and returns (F_k(theta), training accuracy of theta).
+
+    The client owns rows ``lo:hi``; ``perm[p0 : p0 + epochs*(hi-lo)]`` holds its visiting order;
+    ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2)``.
+    """
+    epochs, B, lr, mu, prox, H, C, act, l2 = hyper
     d = theta.size
     n = hi - lo
     work = np.empty(work_size(H, C), dtype=theta.dtype)
@@ -233,92 +236,19 @@ def sgd_one_client(
 
 
 @njit(cache=True)
-def sgd_clients_serial(
-    theta,
-    X,
-    y,
-    all_rows,
-    los,
-    his,
-    perms,
-    p0s,
-    epochs,
-    B,
-    lr,
-    mu,
-    prox,
-    H,
-    C,
-    act,
-    l2,
-    deltas,
-    losses,
-    accs,
-):
+def sgd_clients_serial(theta, X, y, all_rows, los, his, perms, p0s, hyper, deltas, losses, accs):
+    """Train clients one after another (``los``, ``his``, ``p0s``: one entry per client)."""
     for i in range(los.size):
         losses[i], accs[i] = sgd_one_client(
-            theta,
-            X,
-            y,
-            all_rows,
-            los[i],
-            his[i],
-            perms,
-            p0s[i],
-            epochs,
-            B,
-            lr,
-            mu,
-            prox,
-            H,
-            C,
-            act,
-            l2,
-            deltas[i],
+            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, deltas[i]
         )
 
 
+# A separate function, not the one above jitted twice: Numba's cache key ignores ``parallel``.
 @njit(cache=True, parallel=True)
-def sgd_clients_parallel(
-    theta,
-    X,
-    y,
-    all_rows,
-    los,
-    his,
-    perms,
-    p0s,
-    epochs,
-    B,
-    lr,
-    mu,
-    prox,
-    H,
-    C,
-    act,
-    l2,
-    deltas,
-    losses,
-    accs,
-):
+def sgd_clients_parallel(theta, X, y, all_rows, los, his, perms, p0s, hyper, deltas, losses, accs):
+    """Train clients in parallel threads; bitwise identical to ``sgd_clients_serial``."""
     for i in prange(los.size):
         losses[i], accs[i] = sgd_one_client(
-            theta,
-            X,
-            y,
-            all_rows,
-            los[i],
-            his[i],
-            perms,
-            p0s[i],
-            epochs,
-            B,
-            lr,
-            mu,
-            prox,
-            H,
-            C,
-            act,
-            l2,
-            deltas[i],
+            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, deltas[i]
         )
