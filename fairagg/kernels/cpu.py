@@ -49,6 +49,12 @@ def _weighted_update(theta, deltas, w, out, partial):
         if k == 0:
             for j in range(n):
                 o[j] = t[j]
+        if k + 2 <= m:
+            w0, w1 = w[k], w[k + 1]
+            r0, r1 = deltas[k, lo:hi], deltas[k + 1, lo:hi]
+            for j in range(n):
+                o[j] -= w0 * r0[j] + w1 * r1[j]
+            k += 2
         while k < m:
             wk = w[k]
             r0 = deltas[k, lo:hi]
