@@ -260,18 +260,17 @@ def _run_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out
         )
 
         def on_round(h: History) -> None:
-            t = int(h.round[-1])
+            t = int(h.latest("round"))
             row: list[Any] = [t]
-            if int(h.eval_round[-1]) == t:
-                s = fairness_summary(h.test_accuracy[-1], h.num_test_samples)
-                row += [
-                    f"{s[k]:.4f}"
-                    for k in ("average", "client_mean", "worst_10", "best_10", "variance")
-                ]
-                row.append(f"{h.mean_train_loss()[-1]:.6f}")
+            if int(h.latest("eval_round")) == t:
+                s = fairness_summary(h.latest("test_accuracy"), h.num_test_samples)
+                keys = ("average", "client_mean", "worst_10", "best_10", "variance")
+                row += [f"{s[k]:.4f}" for k in keys]
+                n = h.num_train_samples
+                row.append(f"{h.latest('train_loss') @ n / n.sum():.6f}")
             else:
                 row += [""] * 6
-            row += [f"{h.time_local[-1]:.5f}", f"{h.time_aggregate[-1]:.6f}"]
+            row += [f"{h.latest('time_local'):.5f}", f"{h.latest('time_aggregate'):.6f}"]
             writer.writerow(row)
             fh.flush()
 

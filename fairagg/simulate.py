@@ -101,6 +101,13 @@ class History:
             return np.stack(vals) if vals else np.empty(0)
         raise AttributeError(name)
 
+    def latest(self, name: str) -> np.ndarray:
+        """The last recorded row of field ``name`` (no stacking: O(1) per call)."""
+        rows = self._rows[name]
+        if not rows:
+            raise ValueError(f"the history holds no {name!r} yet")
+        return rows[-1]
+
     @property
     def num_rounds(self) -> int:
         """Number of completed aggregation rounds."""
@@ -327,7 +334,8 @@ def simulate(
                 history.record_eval(t + 1, *_evaluate(model, theta, data))
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(acc=f"{history.mean_test_accuracy()[-1]:.1f}%", refresh=False)
+                acc = history.latest("test_accuracy") @ n_test / n_test.sum()
+                bar.set_postfix(acc=f"{100.0 * acc:.1f}%", refresh=False)
             if callback is not None:
                 callback(history)
     except BaseException as exc:

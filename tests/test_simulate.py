@@ -44,6 +44,10 @@ def test_history_shapes(model, data):
     assert h.final_params.shape == (model.num_params,)
     assert np.all((h.test_accuracy >= 0) & (h.test_accuracy <= 1))
     assert set(h.summary()) >= {"average", "worst_10", "variance", "angle", "kl"}
+    assert h.latest("round") == ROUNDS
+    assert np.array_equal(h.latest("test_accuracy"), h.test_accuracy[-1])
+    with pytest.raises(ValueError, match="no 'round'"):
+        History().latest("round")
 
 
 def test_run_is_bitwise_reproducible(model, data):
