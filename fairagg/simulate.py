@@ -312,7 +312,12 @@ def simulate(
                 parallel=parallel,
             )
             t1 = time.perf_counter()
-            if not (np.all(np.isfinite(local.losses)) and np.all(np.isfinite(deltas))):
+            # deltas.sum() is a one-pass witness (no (m, d) temporary): any NaN or infinity makes
+            # it non-finite; only then, or on an overflow of the sum, is every entry checked.
+            finite = np.all(np.isfinite(local.losses)) and (
+                np.isfinite(deltas.sum()) or np.all(np.isfinite(deltas))
+            )
+            if not finite:
                 bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
                 raise FloatingPointError(
                     f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
@@ -329,7 +334,7 @@ def simulate(
                 )
             theta, state = agg.params, agg.state
             history.record_round(t + 1, S, agg.info["weights"], local.losses, t1 - t0, t2 - t1)
-            history.final_params = theta.copy()
+            history.final_params = theta  # rules return new arrays; nothing mutates theta
             if (t + 1) % eval_every == 0 or t + 1 == T:
                 history.record_eval(t + 1, *_evaluate(model, theta, data))
             if bar is not None:

@@ -168,7 +168,7 @@ def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ())
             f"reports.deltas must have d = {params.shape[0]} columns to match params; got "
             f"shape {D.shape}"
         )
-    for name in RoundReports._fields[1:6]:
+    for name in ("num_samples", "losses", "accuracies", "participations", "client_ids"):
         v = getattr(reports, name)
         if v is None:
             if name in needs:

@@ -30,6 +30,18 @@ def work_size(n_hidden: int, n_classes: int) -> int:
 
 
 @njit(cache=True)
+def _cross_entropy_row(z, C, label):
+    """Cross-entropy of logits ``z[:C]`` against ``label``; ``z`` becomes dF/dz = softmax − onehot.
+
+    Returns ``(loss, hit)`` with ``hit`` true when the argmax (first on ties) equals the label.
+    """
+    zy = z[label]
+    lse, arg = _softmax_row(z, C)
+    z[label] -= 1.0
+    return lse - zy, arg == label
+
+
+@njit(cache=True)
 def _softmax_row(z, C):
     """Turn logits ``z[:C]`` into probabilities in place; return (log-sum-exp, argmax).
 
@@ -86,14 +98,10 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
                 for j in range(p):
                     acc += x[j] * params[base + j]
                 z[c] = acc
-            yr = y[rows[i]]
-            zy = z[yr]
-            lse, arg = _softmax_row(z, C)
-            loss += lse - zy
-            if arg == yr:
-                correct += 1
+            li, hit = _cross_entropy_row(z, C, y[rows[i]])
+            loss += li
+            correct += hit
             if want:
-                z[yr] -= 1.0
                 for c in range(C):
                     dzc = z[c]
                     base = c * p
@@ -126,14 +134,10 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
                 for k in range(H):
                     acc += h[k] * params[base + k]
                 z[c] = acc
-            yr = y[rows[i]]
-            zy = z[yr]
-            lse, arg = _softmax_row(z, C)
-            loss += lse - zy
-            if arg == yr:
-                correct += 1
+            li, hit = _cross_entropy_row(z, C, y[rows[i]])
+            loss += li
+            correct += hit
             if want:
-                z[yr] -= 1.0
                 dh[:] = 0.0
                 for c in range(C):
                     dzc = z[c]
