@@ -71,13 +71,40 @@ def _softmax_row(z, C):
 _FASTMATH = {"reassoc", "contract"}
 
 
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _dense_forward(params, w_ofs, b_ofs, x, n_in, out, n_out):
+    """``out = W x + b`` for W (n_out, n_in) at ``params[w_ofs:]`` and b at ``params[b_ofs:]``."""
+    for o in range(n_out):
+        base = w_ofs + o * n_in
+        acc = params[b_ofs + o]
+        for j in range(n_in):
+            acc += x[j] * params[base + j]
+        out[o] = acc
+
+
+@njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _dense_backward(params, grad, w_ofs, b_ofs, x, n_in, dout, n_out, dx):
+    """Accumulate ``dW += dout xᵀ`` and ``db += dout``; also ``dx += Wᵀ dout`` if ``dx.size``."""
+    want_dx = dx.size > 0
+    for o in range(n_out):
+        g = dout[o]
+        base = w_ofs + o * n_in
+        for j in range(n_in):
+            grad[base + j] += g * x[j]
+        if want_dx:
+            for j in range(n_in):
+                dx[j] += g * params[base + j]
+        grad[b_ofs + o] += g
+
+
 @njit(cache=True, fastmath=_FASTMATH)
 def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l2, grad, work):
     """Mean cross-entropy (+ l2/2 ||weights||^2) over ``X[rows[start:stop]]``.
 
     Writes the mean gradient into ``grad`` unless ``grad.size == 0``. Returns ``(loss, correct)``
     where ``correct`` counts argmax predictions equal to the label (first index on ties, as
-    ``np.argmax``). ``loss`` is accumulated in float64 whatever the parameter dtype.
+    ``np.argmax``). ``loss`` is accumulated in float64 whatever the parameter dtype. Logistic
+    regression is the MLP without its hidden layer: one dense layer instead of two.
     """
     p = X.shape[1]
     C = n_classes
@@ -86,76 +113,46 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
     if want:
         grad[:] = 0.0
     z = work[:C]
+    a = work[C : C + H]
+    h = work[C + H : C + 2 * H]
+    dh = work[C + 2 * H : C + 3 * H]
+    no_dx = work[:0]
+    # Offsets of the blocks: W1 | b1 | W2 | b2 (logistic: W2 | b2 only, with H = 0).
+    b1 = H * p
+    w2 = b1 + H
+    b2 = w2 + C * (H if H > 0 else p)
     loss = 0.0
     correct = 0
-    if H == 0:
-        bofs = C * p
-        for i in range(start, stop):
-            x = X[rows[i]]
-            for c in range(C):
-                base = c * p
-                acc = params[bofs + c]
-                for j in range(p):
-                    acc += x[j] * params[base + j]
-                z[c] = acc
-            li, hit = _cross_entropy_row(z, C, y[rows[i]])
-            loss += li
-            correct += hit
-            if want:
-                for c in range(C):
-                    dzc = z[c]
-                    base = c * p
-                    for j in range(p):
-                        grad[base + j] += dzc * x[j]
-                    grad[bofs + c] += dzc
-        w_lo1, w_hi1, w_lo2, w_hi2 = 0, C * p, 0, 0
-    else:
-        a = work[C : C + H]
-        h = work[C + H : C + 2 * H]
-        dh = work[C + 2 * H : C + 3 * H]
-        b1 = H * p
-        w2 = b1 + H
-        b2 = w2 + C * H
-        for i in range(start, stop):
-            x = X[rows[i]]
+    for i in range(start, stop):
+        x = X[rows[i]]
+        if H == 0:
+            _dense_forward(params, w2, b2, x, p, z, C)
+        else:
+            _dense_forward(params, 0, b1, x, p, a, H)
             for k in range(H):
-                base = k * p
-                acc = params[b1 + k]
-                for j in range(p):
-                    acc += x[j] * params[base + j]
-                a[k] = acc
                 if act == ACT_TANH:
-                    h[k] = np.tanh(acc)
+                    h[k] = np.tanh(a[k])
                 else:
-                    h[k] = acc if acc > 0.0 else 0.0
-            for c in range(C):
-                base = w2 + c * H
-                acc = params[b2 + c]
-                for k in range(H):
-                    acc += h[k] * params[base + k]
-                z[c] = acc
-            li, hit = _cross_entropy_row(z, C, y[rows[i]])
-            loss += li
-            correct += hit
-            if want:
-                dh[:] = 0.0
-                for c in range(C):
-                    dzc = z[c]
-                    base = w2 + c * H
-                    for k in range(H):
-                        grad[base + k] += dzc * h[k]
-                        dh[k] += dzc * params[base + k]
-                    grad[b2 + c] += dzc
-                for k in range(H):
-                    if act == ACT_TANH:
-                        dak = dh[k] * (1.0 - h[k] * h[k])
-                    else:
-                        dak = dh[k] if a[k] > 0.0 else 0.0
-                    base = k * p
-                    for j in range(p):
-                        grad[base + j] += dak * x[j]
-                    grad[b1 + k] += dak
-        w_lo1, w_hi1, w_lo2, w_hi2 = 0, H * p, w2, b2
+                    h[k] = a[k] if a[k] > 0.0 else 0.0
+            _dense_forward(params, w2, b2, h, H, z, C)
+        li, hit = _cross_entropy_row(z, C, y[rows[i]])  # z becomes dF/dz
+        loss += li
+        correct += hit
+        if not want:
+            continue
+        if H == 0:
+            _dense_backward(params, grad, w2, b2, x, p, z, C, no_dx)
+        else:
+            dh[:] = 0.0
+            _dense_backward(params, grad, w2, b2, h, H, z, C, dh)
+            for k in range(H):
+                if act == ACT_TANH:
+                    dh[k] *= 1.0 - h[k] * h[k]
+                elif a[k] <= 0.0:
+                    dh[k] = 0.0
+            _dense_backward(params, grad, 0, b1, x, p, dh, H, no_dx)
+    # Weight blocks carry the L2 penalty, biases do not.
+    w_lo1, w_hi1, w_lo2, w_hi2 = 0, H * p, w2, b2
     nb = stop - start
     reg = 0.0
     if l2 != 0.0:
