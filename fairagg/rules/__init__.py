@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..types import Rule
+from .aaggff import aaggff_d, aaggff_s
 from .fedavg import fairavg, fedavg
+from .oco import propfair_eg, qffl_eg, term_eg
 
 __all__ = ["RULES", "RuleSpec", "make_rule"]
 
@@ -32,6 +34,8 @@ class RuleSpec:
         One line: what the rule does.
     needs : tuple of str
         Report fields the rule reads besides ``deltas`` and ``num_samples``.
+    full_participation : bool
+        The rule needs every one of the K clients in every round (cross-silo rules).
     """
 
     name: str
@@ -40,6 +44,7 @@ class RuleSpec:
     equations: str
     summary: str
     needs: tuple[str, ...] = ()
+    full_participation: bool = False
 
 
 RULES: dict[str, RuleSpec] = {
@@ -58,6 +63,47 @@ RULES: dict[str, RuleSpec] = {
             "FairAvg (Michieli & Ozay 2021)",
             "eqs. 3, 5",
             "uniform average of client models, 1/m each",
+        ),
+        RuleSpec(
+            "qffl-eg",
+            qffl_eg,
+            "AAgFF poster (OCO view of q-FFL)",
+            "EG table, q-FedAvg row",
+            "EG step from w: weights ∝ n_k F_k^q",
+            ("losses",),
+        ),
+        RuleSpec(
+            "term-eg",
+            term_eg,
+            "AAgFF poster (OCO view of TERM)",
+            "EG table, TERM row",
+            "EG step from w: weights ∝ n_k exp(λ F_k)",
+            ("losses",),
+        ),
+        RuleSpec(
+            "propfair-eg",
+            propfair_eg,
+            "AAgFF poster (OCO view of PropFair)",
+            "EG table, PropFair row",
+            "EG step from w: weights ∝ n_k / (M − F_k)",
+            ("losses",),
+        ),
+        RuleSpec(
+            "aaggff-s",
+            aaggff_s,
+            "AAgFF poster (Hahn et al. 2024)",
+            "AAgFF-S FTRL, Theorem 1",
+            "cross-silo: exact quadratic-FTRL mixing weights from CDF-bounded losses",
+            ("losses",),
+            full_participation=True,
+        ),
+        RuleSpec(
+            "aaggff-d",
+            aaggff_d,
+            "AAgFF poster (Hahn et al. 2024)",
+            "AAgFF-D FTRL, DR estimator, Thm 2, Cor. 3",
+            "cross-device: entropic FTRL on a doubly-robust gradient estimate",
+            ("losses",),
         ),
     )
 }

@@ -19,11 +19,12 @@ NAMES = sorted(RULES)
 
 
 @st.composite
-def full_rounds(draw):
-    """θ (d,), K and reports with every optional field filled, for m ≤ K clients."""
+def full_rounds(draw, full_participation=False):
+    """θ (d,), K and reports with every optional field filled, for m ≤ K clients (m = K for a
+    rule that needs full participation)."""
     D = draw(update_matrices(bound=1.0))
     m, d = D.shape
-    K = draw(st.integers(m, m + 4))
+    K = m if full_participation else draw(st.integers(m, m + 4))
     theta = draw(hnp.arrays(np.float64, (d,), elements=finite_floats(1.0)))
     reports = make_reports(
         D,
@@ -58,9 +59,9 @@ def test_make_rule_builds_rule_of_that_name(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@given(full_rounds())
-def test_rule_init_step_contract(name, rnd):
-    theta, K, reports = rnd
+@given(data=st.data())
+def test_rule_init_step_contract(name, data):
+    theta, K, reports = data.draw(full_rounds(RULES[name].full_participation))
     m, d = reports.deltas.shape
     rule = make_rule(name)
     state = rule.init(theta, K)

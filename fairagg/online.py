@@ -1,0 +1,635 @@
+"""Fair federated learning as online convex optimisation over the simplex (SPEC §4, §5; AAgFF
+poster, "Fair FL algorithms are OCO algorithms" and "AAgFF").
+
+A server that picks mixing coefficients p ∈ Δ_{K−1} each round is an online learner: it plays p^t,
+then sees a response vector r^t (a transform of the clients' losses) and suffers the decision loss
+ℓ_t(p) = −log(1 + ⟨p, r^t⟩). This module holds that layer, once and exactly:
+
+- :func:`exponentiated_gradient` (the poster's EG step; the OCO view of FedAvg, q-FedAvg, TERM and
+  PropFair) and :func:`entropic_ftrl`;
+- the AAgFF response :func:`aaggff_response` with its six CDFs (:data:`RESPONSE_CDFS`);
+- :func:`decision_loss`, :func:`decision_gradient`, :func:`regret` and the exactly solved
+  :func:`best_fixed_decision`;
+- AAgFF-S's quadratic FTRL (:class:`QuadraticFTRL`, :func:`quadratic_ftrl_step`), solved exactly by
+  :func:`fairagg.simplex.solve_simplex_qp`;
+- AAgFF-D's entropic FTRL (:func:`aaggff_d_decision`) with the doubly-robust response
+  (:func:`dr_response`) and its first-order gradient (:func:`dr_gradient`);
+- the regret bounds of Theorems 1-2 / Corollary 3 and two players (:func:`play_aaggff_s`,
+  :func:`play_aaggff_d`) that run the learners on a response sequence.
+
+The rules in :mod:`fairagg.rules.oco` and :mod:`fairagg.rules.aaggff` are built from these
+functions; :mod:`fairagg.oracles` re-solves every argmin with cvxpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy.special import ndtr
+
+from ._checks import as_float_array, as_int_array, check_choice, check_int, check_real
+from .simplex import QPResult, check_simplex_point, kl_step, log_normalize, solve_simplex_qp
+
+__all__ = [
+    "RESPONSE_CDFS",
+    "BestFixedDecision",
+    "QuadraticFTRL",
+    "aaggff_d_decision",
+    "aaggff_response",
+    "aaggff_s_defaults",
+    "best_fixed_decision",
+    "cumulative_regret",
+    "decision_gradient",
+    "decision_loss",
+    "dr_gradient",
+    "dr_response",
+    "entropic_ftrl",
+    "exponentiated_gradient",
+    "play_aaggff_d",
+    "play_aaggff_s",
+    "quadratic_ftrl_init",
+    "quadratic_ftrl_problem",
+    "quadratic_ftrl_step",
+    "quadratic_ftrl_update",
+    "regret",
+    "theorem1_bound",
+    "theorem2_bound",
+]
+
+VARIANTS = ("paper", "official")
+
+
+# --------------------------------------------------------------------------------------------
+# Entropic steps
+# --------------------------------------------------------------------------------------------
+
+
+def exponentiated_gradient(p: Any, r: Any, eta: float) -> np.ndarray:
+    """One exponentiated-gradient step p_i^+ = p_i e^{r_i/η} / Σ_j p_j e^{r_j/η} (SPEC §4).
+
+    The AAgFF poster's closed form; it is argmin_{x∈Δ} −⟨x, r⟩ + η KL(x ‖ p) (the poster writes the
+    negative entropy; with the previous decision in the closed form the regulariser is the KL
+    divergence to p). Computed in log space with a max-shift. See :func:`fairagg.simplex.kl_step`.
+
+    Parameters
+    ----------
+    p : array_like, shape (K,)
+        Last decision, a point of the simplex.
+    r : array_like, shape (K,)
+        Response (the negative gradient of the linear decision loss −⟨p, r⟩).
+    eta : float
+        Step parameter η > 0.
+
+    Returns
+    -------
+    ndarray of float64, shape (K,)
+    """
+    return kl_step(p, r, eta)
+
+
+def entropic_ftrl(grad_sum: Any, eta: float, prior: Any = None) -> np.ndarray:
+    """Entropic FTRL: argmin_{p∈Δ} ⟨G, p⟩ + η Σ_i p_i log(p_i / prior_i) = prior ⊙ e^{−G/η} / Z.
+
+    With the uniform prior (default) the regulariser is the negative entropy of the AAgFF poster's
+    FTRL; the closed form is a max-shifted softmax of −G/η.
+
+    Parameters
+    ----------
+    grad_sum : array_like, shape (K,)
+        G = Σ_τ g_τ, the cumulative (linearised) loss gradients.
+    eta : float
+        Regularisation weight η > 0.
+    prior : array_like, shape (K,), optional
+        A point of the simplex (uniform by default).
+    """
+    G = as_float_array(grad_sum, "grad_sum", ndim=1, dtype=np.float64, min_size=1)
+    e = check_real(eta, "eta", low=0.0, low_open=True)
+    if prior is None:
+        return kl_step(np.full(G.size, 1.0 / G.size), -G, e)
+    pv = check_simplex_point(prior, "prior")
+    if pv.size != G.size:
+        raise ValueError(f"prior must have shape ({G.size},); got {pv.shape}")
+    return kl_step(pv, -G, e)
+
+
+# --------------------------------------------------------------------------------------------
+# Responses and decision losses
+# --------------------------------------------------------------------------------------------
+
+
+def _frechet(x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    pos = x > 0
+    out[pos] = np.exp(-1.0 / x[pos])
+    return out
+
+
+#: The six increasing CDFs on [0, ∞) of SPEC §5 that bound AAgFF's response.
+RESPONSE_CDFS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "weibull": lambda x: -np.expm1(-(x**2)),  # 1 − e^{−x²}
+    "exponential": lambda x: -np.expm1(-x),  # 1 − e^{−x}
+    "frechet": _frechet,  # e^{−1/x}, 0 at x = 0
+    "normal": lambda x: ndtr(x - 1.0),  # Φ_{N(1,1)}(x)
+    "gumbel": lambda x: np.exp(-np.exp(-(x - 1.0))),  # exp(−e^{−(x−1)})
+    "logistic": lambda x: 1.0 / (1.0 + np.exp(-(x - 1.0))),  # 1/(1 + e^{−(x−1)})
+}
+
+
+def aaggff_response(losses: Any, *, cdf: str = "weibull", scale: float = 1.0) -> np.ndarray:
+    """AAgFF's bounded response r_i = Φ(F_i / mean_{j∈S} F_j) · s (SPEC §5).
+
+    Parameters
+    ----------
+    losses : array_like, shape (m,)
+        Non-negative, finite losses F_i(θ^t) of the selected clients.
+    cdf : str
+        One of :data:`RESPONSE_CDFS`.
+    scale : float
+        s > 0: 1/K cross-silo, C = m/K cross-device.
+
+    Returns
+    -------
+    ndarray of float64, shape (m,)
+        Responses in [0, s]. If every loss is 0 the ratios are taken as 1 (all clients equal).
+    """
+    F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    if np.any(F < 0):
+        raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
+    name = check_choice(cdf, "cdf", tuple(RESPONSE_CDFS))
+    s = check_real(scale, "scale", low=0.0, low_open=True)
+    mean = F.mean()
+    x = np.ones_like(F) if mean == 0.0 else F / mean
+    return RESPONSE_CDFS[name](x) * s
+
+
+def _check_response_pair(p: Any, r: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    pv = check_simplex_point(p, "p")
+    rv = as_float_array(r, "r", shape=(pv.size,), dtype=np.float64, allow_int=True)
+    z = 1.0 + float(pv @ rv)
+    if not z > 0:
+        raise ValueError(f"the decision loss needs 1 + <p, r> > 0; got {z}")
+    return pv, rv, z
+
+
+def decision_loss(p: Any, r: Any) -> float:
+    """ℓ(p) = −log(1 + ⟨p, r⟩), the AAgFF decision loss (SPEC §5). Needs 1 + ⟨p, r⟩ > 0."""
+    _, _, z = _check_response_pair(p, r)
+    return -math.log(z)
+
+
+def decision_gradient(p: Any, r: Any) -> np.ndarray:
+    """∇ℓ(p) = −r / (1 + ⟨p, r⟩) (SPEC §5)."""
+    _, rv, z = _check_response_pair(p, r)
+    return -rv / z
+
+
+def _check_sequence(decisions: Any, responses: Any) -> tuple[np.ndarray, np.ndarray]:
+    R = as_float_array(responses, "responses", ndim=2, dtype=np.float64, allow_int=True)
+    P = as_float_array(decisions, "decisions", shape=R.shape, dtype=np.float64, allow_int=True)
+    if np.any(P < 0) or np.any(np.abs(P.sum(axis=1) - 1.0) > 1e-9):
+        raise ValueError(
+            "decisions must hold points of the simplex (non-negative rows summing to 1)"
+        )
+    return P, R
+
+
+def _check_responses(responses: Any) -> np.ndarray:
+    R = as_float_array(responses, "responses", ndim=2, dtype=np.float64, allow_int=True)
+    if R.shape[1] < 1:
+        raise ValueError("responses must have at least one column (client)")
+    if R.size and np.min(1.0 + R.min(axis=1)) <= 0:
+        raise ValueError(
+            "responses must satisfy 1 + <p, r_t> > 0 on the whole simplex, i.e. every entry > -1"
+        )
+    return R
+
+
+def cumulative_regret(decisions: Any, responses: Any, comparator: Any) -> np.ndarray:
+    """Running regret Σ_{τ≤t} ℓ_τ(p_τ) − Σ_{τ≤t} ℓ_τ(p*) for t = 1..T against a fixed p*.
+
+    Parameters
+    ----------
+    decisions : array_like, shape (T, K)
+        p_t, the decision played at round t (before r_t was seen).
+    responses : array_like, shape (T, K)
+        r_t, entries > −1.
+    comparator : array_like, shape (K,)
+        p*, a point of the simplex.
+    """
+    P, R = _check_sequence(decisions, _check_responses(responses))
+    c = check_simplex_point(comparator, "comparator")
+    if c.size != R.shape[1]:
+        raise ValueError(f"comparator must have shape ({R.shape[1]},); got {c.shape}")
+    played = -np.log1p(np.einsum("tk,tk->t", P, R))
+    fixed = -np.log1p(R @ c)
+    return np.cumsum(played - fixed)
+
+
+class BestFixedDecision(NamedTuple):
+    """The best fixed decision in hindsight, max_{p∈Δ} Σ_t log(1 + ⟨p, r_t⟩).
+
+    Attributes
+    ----------
+    p : ndarray, shape (K,)
+        A maximiser (not unique when the responses do not span; the value is).
+    value : float
+        Σ_t log(1 + ⟨p, r_t⟩) at ``p``: the minimal cumulative decision loss is −value.
+    gap : float
+        Frank-Wolfe duality gap max_i ∇_i − ⟨∇, p⟩ of the concave objective: a certified bound on
+        (true maximum − value).
+    iterations : int
+        Proximal-Newton iterations.
+    """
+
+    p: np.ndarray
+    value: float
+    gap: float
+    iterations: int
+
+
+def best_fixed_decision(
+    responses: Any, *, tol: float = 1e-13, max_iter: int = 100
+) -> BestFixedDecision:
+    """Exact best fixed decision in hindsight for AAgFF's log loss (SPEC §5).
+
+    Maximises the concave f(p) = Σ_t log(1 + ⟨p, r_t⟩) over the simplex by proximal Newton: each
+    step solves the simplex QP of the local quadratic model, A = H + μI with
+    H = Σ_t r_t r_tᵀ/(1 + ⟨p, r_t⟩)² and μ proportional to the current gap (exactly, by
+    :func:`fairagg.simplex.solve_simplex_qp`), followed by a backtracking line search. It stops when
+    the Frank-Wolfe gap, an upper bound on the suboptimality, is below ``tol`` relative to
+    max(1, |f|): the value is certified to round-off.
+
+    Parameters
+    ----------
+    responses : array_like, shape (T, K)
+        Entries > −1 (so 1 + ⟨p, r_t⟩ > 0 on the whole simplex). T may be 0 (value 0).
+    tol : float
+        Relative gap at which to stop.
+    max_iter : int
+        Iteration limit; ``RuntimeError`` if the gap is still above ``tol``.
+
+    Returns
+    -------
+    BestFixedDecision
+    """
+    R = _check_responses(responses)
+    t = check_real(tol, "tol", low=0.0, low_open=True)
+    n_it = check_int(max_iter, "max_iter", low=1)
+    T, K = R.shape
+    p = np.full(K, 1.0 / K)
+    if T == 0 or K == 1:
+        return BestFixedDecision(p, float(np.sum(np.log1p(R @ p))), 0.0, 0)
+
+    def value(x: np.ndarray) -> float:
+        return float(np.sum(np.log1p(R @ x)))
+
+    f = value(p)
+    for it in range(1, n_it + 1):
+        z = 1.0 + R @ p
+        grad = (R / z[:, None]).sum(axis=0)  # ∇f, f concave
+        gap = float(np.max(grad) - grad @ p)
+        if gap <= t * max(1.0, abs(f)):
+            return BestFixedDecision(p, f, max(gap, 0.0), it - 1)
+        W = R / z[:, None]
+        H = W.T @ W  # −∇²f
+        mu = max(gap, 1e-12 * (1.0 + float(np.trace(H)) / K))
+        A = H + mu * np.eye(K)
+        q = solve_simplex_qp(A, -grad - A @ p, x0=p).x  # argmax of the local model over Δ
+        d = q - p
+        slope = float(grad @ d)
+        step = 1.0
+        while True:
+            cand = p + step * d
+            fc = value(cand)
+            if fc >= f + 1e-4 * step * slope or step < 1e-12:
+                break
+            step *= 0.5
+        if fc < f:  # no progress possible at working precision
+            return BestFixedDecision(p, f, max(gap, 0.0), it)
+        p, f = cand, fc
+    z = 1.0 + R @ p
+    grad = (R / z[:, None]).sum(axis=0)
+    gap = float(np.max(grad) - grad @ p)
+    if gap > t * max(1.0, abs(f)) * 1e3:
+        raise RuntimeError(
+            f"best_fixed_decision did not converge: gap {gap:.3g} after {n_it} steps"
+        )
+    return BestFixedDecision(p, f, max(gap, 0.0), n_it)
+
+
+def regret(decisions: Any, responses: Any, comparator: Any = None) -> float:
+    """Regret^T(p*) = Σ_t ℓ_t(p_t) − Σ_t ℓ_t(p*) (AAgFF poster, "Decision Objective").
+
+    Against ``comparator`` if given, else against the best fixed decision in hindsight
+    (:func:`best_fixed_decision`), which makes it the regret the theorems bound.
+    """
+    P, R = _check_sequence(decisions, _check_responses(responses))
+    played = float(-np.sum(np.log1p(np.einsum("tk,tk->t", P, R))))
+    if comparator is None:
+        return played + best_fixed_decision(R).value
+    return float(cumulative_regret(P, R, comparator)[-1]) if R.shape[0] else 0.0
+
+
+def theorem1_bound(num_clients: int, rounds: int, lipschitz: float) -> float:
+    """AAgFF poster Theorem 1: Regret^T ≤ 2 L∞ K (1 + log(1 + T/(16K))) for AAgFF-S."""
+    K = check_int(num_clients, "num_clients", low=1)
+    T = check_int(rounds, "rounds", low=0)
+    L = check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    return 2.0 * L * K * (1.0 + math.log1p(T / (16.0 * K)))
+
+
+def theorem2_bound(num_clients: int, rounds: int, lipschitz: float) -> float:
+    """AAgFF poster Theorem 2 / Corollary 3: (expected) Regret^T ≤ 2 L∞ √(T log K), AAgFF-D."""
+    K = check_int(num_clients, "num_clients", low=1)
+    T = check_int(rounds, "rounds", low=0)
+    L = check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    return 2.0 * L * math.sqrt(T * math.log(K))
+
+
+# --------------------------------------------------------------------------------------------
+# AAgFF-S: quadratic FTRL (online Newton step in FTRL form)
+# --------------------------------------------------------------------------------------------
+
+
+class QuadraticFTRL(NamedTuple):
+    """Running sums of AAgFF-S's FTRL objective after t rounds.
+
+    Attributes
+    ----------
+    grad_sum : ndarray, shape (K,)
+        Σ_τ g_τ.
+    outer_sum : ndarray, shape (K, K)
+        Σ_τ g_τ g_τᵀ.
+    cross_sum : ndarray, shape (K,)
+        Σ_τ g_τ ⟨g_τ, p_τ⟩.
+    rounds : int
+        t.
+    """
+
+    grad_sum: np.ndarray
+    outer_sum: np.ndarray
+    cross_sum: np.ndarray
+    rounds: int
+
+
+def aaggff_s_defaults(
+    num_clients: int, lipschitz: float | None = None
+) -> tuple[float, float, float]:
+    """SPEC §5 defaults (L∞, α, β) = (1/K, 4 K L∞, 1/(4 L∞)); ``lipschitz`` overrides L∞."""
+    K = check_int(num_clients, "num_clients", low=1)
+    L = 1.0 / K if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    return L, 4.0 * K * L, 1.0 / (4.0 * L)
+
+
+def quadratic_ftrl_init(num_clients: int) -> QuadraticFTRL:
+    """Empty sums for K clients (t = 0)."""
+    K = check_int(num_clients, "num_clients", low=1)
+    return QuadraticFTRL(np.zeros(K), np.zeros((K, K)), np.zeros(K), 0)
+
+
+def quadratic_ftrl_update(state: QuadraticFTRL, grad: Any, decision: Any) -> QuadraticFTRL:
+    """Add round t's gradient g_t and played decision p_t to the sums (returns a new state)."""
+    K = state.grad_sum.size
+    g = as_float_array(grad, "grad", shape=(K,), dtype=np.float64, allow_int=True)
+    p = check_simplex_point(decision, "decision")
+    if p.size != K:
+        raise ValueError(f"decision must have shape ({K},); got {p.shape}")
+    return QuadraticFTRL(
+        state.grad_sum + g,
+        state.outer_sum + np.outer(g, g),
+        state.cross_sum + g * float(g @ p),
+        state.rounds + 1,
+    )
+
+
+def quadratic_ftrl_problem(
+    state: QuadraticFTRL, alpha: float, beta: float, variant: str = "paper"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The QP ½pᵀAp + bᵀp whose simplex minimiser is AAgFF-S's next decision (SPEC §5).
+
+    ``variant="paper"``: Σ_τ⟨g_τ, p⟩ + (α/2)‖p‖² + (β/2)Σ_τ⟨g_τ, p − p_τ⟩² expands (dropping the
+    constant) to A = αI + β Σ g gᵀ, b = Σ g − β Σ g⟨g, p_τ⟩. ``variant="official"``: the public
+    code's A = α(1 + β)I + β Σ g gᵀ, b = Σ g.
+    """
+    a = check_real(alpha, "alpha", low=0.0, low_open=True)
+    bt = check_real(beta, "beta", low=0.0)
+    check_choice(variant, "variant", VARIANTS)
+    K = state.grad_sum.size
+    A = bt * state.outer_sum
+    if variant == "paper":
+        A[np.diag_indices(K)] += a
+        return A, state.grad_sum - bt * state.cross_sum
+    A[np.diag_indices(K)] += a * (1.0 + bt)
+    return A, state.grad_sum.copy()
+
+
+def quadratic_ftrl_step(
+    state: QuadraticFTRL,
+    alpha: float,
+    beta: float,
+    variant: str = "paper",
+    x0: Any = None,
+) -> QPResult:
+    """AAgFF-S's next decision p^{t+1}, the exact simplex minimiser of
+    :func:`quadratic_ftrl_problem` (warm-started from ``x0``, e.g. p^t)."""
+    A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
+    return solve_simplex_qp(A, b, x0=x0)
+
+
+# --------------------------------------------------------------------------------------------
+# AAgFF-D: doubly-robust response and entropic FTRL
+# --------------------------------------------------------------------------------------------
+
+
+def dr_response(
+    responses: Any,
+    selected: Any,
+    num_clients: int,
+    *,
+    inclusion_probability: float | None = None,
+    variant: str = "paper",
+) -> tuple[np.ndarray, float]:
+    """Doubly-robust estimate ř ∈ R^K of the full response from the selected clients (SPEC §5).
+
+    ``variant="paper"`` (the poster): r̄ = mean_{i∈S} r_i and
+    ř_i = (1 − 𝟙[i∈S]/C) r̄ + (𝟙[i∈S]/C) r_i, i.e. r̄ for unselected clients and
+    r̄ + (r_i − r̄)/C for selected ones. ``variant="official"``: the public code's (r_i − r̄)/C for
+    selected clients (it drops + r̄), r̄ for the others. ``variant="leave-one-out"``: the paper's
+    estimator with the baseline of client i taken over S∖{i} for selected clients.
+
+    Unbiasedness. The poster states E[ř] = r. With the sample mean r̄ as the baseline this holds
+    only for m = K: r̄ depends on whether i was sampled, and under uniform sampling of m of K
+    E[ř_i] = r_i + (K − m)/(m (K − 1)) · (mean(r) − r_i) (e.g. K = 2, m = 1 gives E[ř] = mean(r)·1).
+    The leave-one-out baseline is independent of 𝟙[i∈S] in mean, so that variant is exactly
+    unbiased (m ≥ 2). The test suite checks all three by enumerating every m-subset.
+
+    Parameters
+    ----------
+    responses : array_like, shape (m,)
+        r_i of the selected clients, in the order of ``selected``.
+    selected : array_like of int, shape (m,)
+        Distinct client indices in [0, K).
+    num_clients : int
+        K.
+    inclusion_probability : float, optional
+        C = P(i ∈ S); default m/K, exact for uniform sampling of m of K without replacement.
+    variant : {"paper", "official", "leave-one-out"}
+
+    Returns
+    -------
+    r_check : ndarray of float64, shape (K,)
+    r_bar : float
+        The sample mean r̄ (which the first-order gradient expands around).
+    """
+    K = check_int(num_clients, "num_clients", low=1)
+    idx = as_int_array(selected, "selected", min_value=0)
+    r = as_float_array(responses, "responses", shape=(idx.size,), dtype=np.float64, allow_int=True)
+    m = idx.size
+    if m == 0:
+        raise ValueError("selected must hold at least one client")
+    if idx.max() >= K:
+        raise ValueError(f"selected must hold indices below num_clients = {K}; got {idx.max()}")
+    if np.unique(idx).size != m:
+        raise ValueError("selected must hold distinct client indices")
+    var = check_choice(variant, "variant", (*VARIANTS, "leave-one-out"))
+    C = (
+        m / K
+        if inclusion_probability is None
+        else check_real(
+            inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True
+        )
+    )
+    r_bar = float(r.mean())
+    out = np.full(K, r_bar)
+    if var == "paper":
+        out[idx] = r_bar + (r - r_bar) / C
+    elif var == "official":
+        out[idx] = (r - r_bar) / C
+    else:
+        if m < 2:
+            raise ValueError("the leave-one-out baseline needs at least 2 selected clients")
+        loo = (r.sum() - r) / (m - 1)
+        out[idx] = loo + (r - loo) / C
+    return out, r_bar
+
+
+def dr_gradient(p: Any, r_check: Any, r_bar: float) -> np.ndarray:
+    """First-order gradient estimate ĝ of g(r) = −r/(1 + ⟨p, r⟩) around r̄·1 (SPEC §5).
+
+    With D = 1 + r̄ Σ_j p_j: ĝ = −ř/D + (r̄ ⟨p, ř − r̄ 1⟩ / D²) · 1, the Taylor expansion
+    g(r̄1) + J(r̄1)(ř − r̄1) evaluated at the doubly-robust response ř (AAgFF-D).
+    """
+    pv = check_simplex_point(p, "p")
+    rc = as_float_array(r_check, "r_check", shape=(pv.size,), dtype=np.float64, allow_int=True)
+    rb = check_real(r_bar, "r_bar")
+    D = 1.0 + rb * float(pv.sum())
+    if not D > 0:
+        raise ValueError(f"dr_gradient needs 1 + r_bar * sum(p) > 0; got {D}")
+    return -rc / D + (rb * float(pv @ (rc - rb)) / D**2) * np.ones(pv.size)
+
+
+def aaggff_d_decision(grad_sum: Any, rounds: int, lipschitz: float) -> np.ndarray:
+    """AAgFF-D's decision after t rounds: p_i ∝ exp(−√(log K) G_{t,i} / (L∞ √(t+1))) (SPEC §5).
+
+    Entropic FTRL (:func:`entropic_ftrl`) with η_{t+1} = L∞ √(t+1) / √(log K); t = 0 gives the
+    uniform p¹; K = 1 gives [1].
+    """
+    G = as_float_array(grad_sum, "grad_sum", ndim=1, dtype=np.float64, min_size=1)
+    t = check_int(rounds, "rounds", low=0)
+    L = check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    K = G.size
+    if K == 1:
+        return np.ones(1)
+    return log_normalize(-math.sqrt(math.log(K)) * G / (L * math.sqrt(t + 1)))
+
+
+# --------------------------------------------------------------------------------------------
+# Players: the learners run on a given response sequence
+# --------------------------------------------------------------------------------------------
+
+
+def play_aaggff_s(
+    responses: Any,
+    *,
+    lipschitz: float | None = None,
+    alpha: float | None = None,
+    beta: float | None = None,
+    variant: str = "paper",
+) -> np.ndarray:
+    """Decisions p_1..p_T of AAgFF-S on a full-information response sequence (Theorem 1's setting).
+
+    p_1 is uniform; after r_t, g_t = −r_t/(1 + ⟨p_t, r_t⟩) joins the sums and p_{t+1} is the exact
+    quadratic-FTRL minimiser. Defaults: :func:`aaggff_s_defaults` (L∞ = 1/K).
+
+    Returns
+    -------
+    ndarray, shape (T, K)
+        Row t is the decision played at round t, before r_t was seen.
+    """
+    R = _check_responses(responses)
+    T, K = R.shape
+    L, a0, b0 = aaggff_s_defaults(K, lipschitz)
+    a = a0 if alpha is None else alpha
+    bt = b0 if beta is None else beta
+    state = quadratic_ftrl_init(K)
+    p = np.full(K, 1.0 / K)
+    out = np.empty((T, K))
+    for t in range(T):
+        out[t] = p
+        g = -R[t] / (1.0 + p @ R[t])
+        state = quadratic_ftrl_update(state, g, p)
+        p = quadratic_ftrl_step(state, a, bt, variant, x0=p).x
+    return out
+
+
+def play_aaggff_d(
+    responses: Any,
+    *,
+    lipschitz: float | None = None,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    gradient: str = "linearized",
+    variant: str = "paper",
+) -> np.ndarray:
+    """Decisions p_1..p_T of AAgFF-D on a response sequence (Theorem 2 / Corollary 3's setting).
+
+    Each round m = ``clients_per_round`` of K clients are drawn uniformly without replacement
+    (default: all, full information) from ``default_rng(seed)``; the learner sees only their
+    responses. ``gradient="linearized"`` uses the doubly-robust ř and the first-order ĝ as the rule
+    does; ``gradient="exact"`` (full information only) uses g_t = −r_t/(1 + ⟨p_t, r_t⟩), the
+    learner Theorem 2 analyses. Default L∞ = 2 + C (SPEC §5; C = m/K).
+
+    Returns
+    -------
+    ndarray, shape (T, K)
+    """
+    R = _check_responses(responses)
+    T, K = R.shape
+    m = (
+        K
+        if clients_per_round is None
+        else check_int(clients_per_round, "clients_per_round", low=1, high=K)
+    )
+    check_choice(gradient, "gradient", ("linearized", "exact"))
+    if gradient == "exact" and m < K:
+        raise ValueError("gradient='exact' needs full information (clients_per_round = K)")
+    C = m / K
+    L = 2.0 + C if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    rng = np.random.default_rng(seed)
+    G = np.zeros(K)
+    p = np.full(K, 1.0 / K)
+    out = np.empty((T, K))
+    for t in range(T):
+        out[t] = p
+        if gradient == "exact":
+            g = -R[t] / (1.0 + p @ R[t])
+        else:
+            S = np.sort(rng.choice(K, size=m, replace=False)) if m < K else np.arange(K)
+            r_check, r_bar = dr_response(R[t, S], S, K, variant=variant)
+            g = dr_gradient(p, r_check, r_bar)
+        G += g
+        p = aaggff_d_decision(G, t + 1, L)
+    return out

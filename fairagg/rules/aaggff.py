@@ -1,0 +1,262 @@
+"""AAgFF-S and AAgFF-D: adaptive aggregation for fair federated learning as online learning
+(AAgFF poster; SPEC §5; details of the public code vaseline555/AAggFF as ``variant="official"``).
+
+Each round the server sees the selected clients' pre-training losses F_i(θ^t), turns them into a
+bounded response r_i = Φ(F_i / mean_{j∈S} F_j)·s (:func:`fairagg.online.aaggff_response`), suffers
+the decision loss ℓ_t(p^t) = −log(1 + ⟨p^t, r⟩), updates its mixing coefficients and aggregates the
+client updates with the fresh p^{t+1}, renormalised over the selected clients:
+
+    q_i = p^{t+1}_i / Σ_{j∈S} p^{t+1}_j,   θ^{t+1} = θ^t − η_s Σ_{i∈S} q_i δ_i.
+
+- **AAgFF-S** (cross-silo, K < T, every client every round): quadratic FTRL (online Newton step),
+  the exact simplex QP of :func:`fairagg.online.quadratic_ftrl_step`; s = 1/K, L∞ = 1/K,
+  α = 4K L∞, β = 1/(4L∞).
+- **AAgFF-D** (cross-device, m of K sampled uniformly): entropic FTRL
+  p_i ∝ exp(−√(log K) G_i / (L∞ √(t+1))) on the first-order gradient estimate ĝ of the
+  doubly-robust response (:func:`fairagg.online.dr_response`, :func:`fairagg.online.dr_gradient`);
+  s = C = m/K, L∞ = 2 + C.
+
+p¹ is uniform. ``info`` reports the full decision ``p`` (K,), the aggregation weights ``weights``
+(m,), the responses and the decision loss of the decision played this round.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .._checks import as_float_array, check_choice, check_real
+from ..kernels import check_backend
+from ..online import (
+    RESPONSE_CDFS,
+    QuadraticFTRL,
+    aaggff_response,
+    aaggff_s_defaults,
+    dr_gradient,
+    dr_response,
+    quadratic_ftrl_init,
+    quadratic_ftrl_step,
+    quadratic_ftrl_update,
+)
+from ..simplex import log_normalize
+from ..types import Aggregate, RoundReports, Rule, check_reports
+from .fedavg import apply_weighted_update
+
+__all__ = ["AAgFFDState", "AAgFFSState", "aaggff_d", "aaggff_s", "client_indices"]
+
+
+class AAgFFSState(NamedTuple):
+    """AAgFF-S's state: the decision p^t to play next and the FTRL sums."""
+
+    p: np.ndarray
+    ftrl: QuadraticFTRL
+
+
+class AAgFFDState(NamedTuple):
+    """AAgFF-D's state: cumulative gradient estimate G_t and the round count t."""
+
+    grad_sum: np.ndarray
+    rounds: int
+
+
+def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
+    """Indices in [0, K) of the reporting clients (``client_ids``, or 0..m−1 when absent)."""
+    m = reports.deltas.shape[0]
+    if reports.client_ids is None:
+        if m > num_clients:
+            raise ValueError(
+                f"reports hold m = {m} clients but the rule was built for K = {num_clients}"
+            )
+        return np.arange(m)
+    ids = np.asarray(reports.client_ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_clients):
+        raise ValueError(
+            f"reports.client_ids must lie in [0, {num_clients}); got {ids.min()}..{ids.max()}"
+        )
+    if np.unique(ids).size != ids.size:
+        raise ValueError("reports.client_ids must be distinct")
+    return ids
+
+
+def _common(cdf: str, server_lr: float, variant: str, backend: str) -> float:
+    check_choice(cdf, "cdf", tuple(RESPONSE_CDFS))
+    check_choice(variant, "variant", ("paper", "official"))
+    check_backend(backend)
+    return check_real(server_lr, "server_lr", low=0.0)
+
+
+def aaggff_s(
+    *,
+    cdf: str = "weibull",
+    lipschitz: float | None = None,
+    alpha: float | None = None,
+    beta: float | None = None,
+    variant: str = "paper",
+    server_lr: float = 1.0,
+    backend: str = "numpy",
+) -> Rule:
+    """AAgFF-S, the cross-silo rule: exact quadratic FTRL on the simplex (SPEC §5).
+
+    Every round must include all K clients (``ValueError`` otherwise; use :func:`aaggff_d` when
+    clients are sampled). Round t: r = Φ(F/mean F)/K, g_t = −r/(1 + ⟨p_t, r⟩),
+    p_{t+1} = argmin_{p∈Δ} Σ_τ⟨g_τ, p⟩ + (α/2)‖p‖² + (β/2)Σ_τ⟨g_τ, p − p_τ⟩² (``variant="paper"``)
+    or the public code's A = α(1+β)I + βΣggᵀ, b = Σg (``variant="official"``), solved exactly
+    (:func:`fairagg.simplex.solve_simplex_qp`, warm-started at p_t).
+
+    Parameters
+    ----------
+    cdf : str
+        Response CDF, one of :data:`fairagg.online.RESPONSE_CDFS`.
+    lipschitz, alpha, beta : float, optional
+        L∞ (default 1/K), α (default 4K L∞), β (default 1/(4 L∞)).
+    variant : {"paper", "official"}
+    server_lr : float
+        η_s ≥ 0.
+    backend : {"numpy", "numba"}
+        Backend of the weighted update.
+    """
+    eta_s = _common(cdf, server_lr, variant, backend)
+    if lipschitz is not None:
+        check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    if alpha is not None:
+        check_real(alpha, "alpha", low=0.0, low_open=True)
+    if beta is not None:
+        check_real(beta, "beta", low=0.0)
+    hyper = {
+        "cdf": cdf,
+        "lipschitz": lipschitz,
+        "alpha": alpha,
+        "beta": beta,
+        "variant": variant,
+        "server_lr": eta_s,
+        "backend": backend,
+    }
+
+    def init(params: np.ndarray, num_clients: int) -> AAgFFSState:
+        del params
+        K = int(num_clients)
+        if K < 1:
+            raise ValueError(f"num_clients must be >= 1; got {num_clients}")
+        return AAgFFSState(np.full(K, 1.0 / K), quadratic_ftrl_init(K))
+
+    def step(params: np.ndarray, reports: RoundReports, state: AAgFFSState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta, needs=("losses",))
+        K = state.p.size
+        ids = client_indices(reports, K)
+        if ids.size != K:
+            raise ValueError(
+                f"aaggff-s is the cross-silo rule: every round needs all K = {K} clients; got "
+                f"m = {ids.size}. Use aaggff-d for rounds that sample clients"
+            )
+        _, a0, b0 = aaggff_s_defaults(K, lipschitz)
+        a = a0 if alpha is None else alpha
+        bt = b0 if beta is None else beta
+        r = np.empty(K)
+        r[ids] = aaggff_response(reports.losses, cdf=cdf, scale=1.0 / K)
+        p_t = state.p
+        z = 1.0 + float(p_t @ r)
+        g = -r / z
+        ftrl = quadratic_ftrl_update(state.ftrl, g, p_t)
+        qp = quadratic_ftrl_step(ftrl, a, bt, variant, x0=p_t)
+        p_new = qp.x
+        q = p_new[ids]  # Σ over all K clients is 1
+        q = q / q.sum()
+        out = apply_weighted_update(theta, reports.deltas, eta_s * q, backend=backend)
+        info = {
+            "weights": q,
+            "p": p_new,
+            "response": r[ids],
+            "decision_loss": -math.log(z),
+            "qp_iterations": qp.iterations,
+        }
+        return Aggregate(out, AAgFFSState(p_new, ftrl), info)
+
+    return Rule("aaggff-s", init, step, hyper)
+
+
+def aaggff_d(
+    *,
+    cdf: str = "weibull",
+    lipschitz: float | None = None,
+    variant: str = "paper",
+    server_lr: float = 1.0,
+    backend: str = "numpy",
+) -> Rule:
+    """AAgFF-D, the cross-device rule: entropic FTRL on a doubly-robust gradient estimate (SPEC §5).
+
+    Round t with m of K clients selected (C = m/K): r_i = Φ(F_i/mean F)·C for i ∈ S; ř and r̄ from
+    :func:`fairagg.online.dr_response` (``variant="paper"``: r̄ + (r_i − r̄)/C for selected
+    clients; ``"official"``: (r_i − r̄)/C); ĝ from :func:`fairagg.online.dr_gradient` at p_t;
+    G_t = G_{t−1} + ĝ; p_{t+1} ∝ exp(−√(log K) G_t / (L∞ √(t+1))), t counted from 1. The
+    aggregation weights over S are computed from the logits (a softmax over S), so they never
+    underflow. C = m/K is the exact inclusion probability of uniform sampling without
+    replacement.
+
+    Parameters
+    ----------
+    cdf : str
+        Response CDF, one of :data:`fairagg.online.RESPONSE_CDFS`.
+    lipschitz : float, optional
+        L∞ (default 2 + C, recomputed each round from m).
+    variant : {"paper", "official"}
+    server_lr : float
+        η_s ≥ 0.
+    backend : {"numpy", "numba"}
+    """
+    eta_s = _common(cdf, server_lr, variant, backend)
+    if lipschitz is not None:
+        check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    hyper = {
+        "cdf": cdf,
+        "lipschitz": lipschitz,
+        "variant": variant,
+        "server_lr": eta_s,
+        "backend": backend,
+    }
+
+    def logits(G: np.ndarray, t: int, L: float) -> np.ndarray:
+        K = G.size
+        return -math.sqrt(math.log(K)) * G / (L * math.sqrt(t + 1)) if K > 1 else np.zeros(1)
+
+    def init(params: np.ndarray, num_clients: int) -> AAgFFDState:
+        del params
+        K = int(num_clients)
+        if K < 1:
+            raise ValueError(f"num_clients must be >= 1; got {num_clients}")
+        return AAgFFDState(np.zeros(K), 0)
+
+    def step(params: np.ndarray, reports: RoundReports, state: AAgFFDState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta, needs=("losses",))
+        K = state.grad_sum.size
+        ids = client_indices(reports, K)
+        m = ids.size
+        C = m / K
+        L = 2.0 + C if lipschitz is None else lipschitz
+        # the decision played this round, p_t (from G_{t-1}; uniform at t = 1)
+        p_t = (
+            log_normalize(logits(state.grad_sum, state.rounds, L))
+            if state.rounds
+            else np.full(K, 1.0 / K)
+        )
+        r = aaggff_response(reports.losses, cdf=cdf, scale=C)
+        r_check, r_bar = dr_response(r, ids, K, variant=variant)
+        g_hat = dr_gradient(p_t, r_check, r_bar)
+        G = state.grad_sum + g_hat
+        t = state.rounds + 1
+        z = logits(G, t, L)
+        p_new = log_normalize(z)
+        q = log_normalize(z[ids])
+        out = apply_weighted_update(theta, reports.deltas, eta_s * q, backend=backend)
+        info = {
+            "weights": q,
+            "p": p_new,
+            "response": r,
+            "decision_loss_observed": -math.log1p(float(p_t[ids] @ r)),
+        }
+        return Aggregate(out, AAgFFDState(G, t), info)
+
+    return Rule("aaggff-d", init, step, hyper)

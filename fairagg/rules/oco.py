@@ -1,0 +1,163 @@
+"""The OCO view of fair aggregation: FedAvg, q-FedAvg, TERM and PropFair as one exponentiated-
+gradient step from the sample-size weights (AAgFF poster, table "Fair FL algorithms are OCO
+algorithms"; SPEC §4).
+
+Each rule takes the last decision p^t = w (w_i = n_i / Σ_{j∈S} n_j over the selected clients), a
+response r_i built from the pre-training losses F_i(θ^t) and a step η, and aggregates with the EG
+step p_i ∝ w_i exp(r_i/η) (:func:`fairagg.online.exponentiated_gradient`):
+
+======== ===================== ===== =========================
+rule     response r_i          η     new decision
+======== ===================== ===== =========================
+FedAvg   0                     1     ∝ w_i
+q-FedAvg q log F_i             1     ∝ w_i F_i^q (q → ∞: AFL)
+TERM     F_i                   1/λ   ∝ w_i exp(λ F_i)
+PropFair −log(M − F_i)         1     ∝ w_i / (M − F_i)
+======== ===================== ===== =========================
+
+then θ^{t+1} = θ^t − Σ_{i∈S} p_i δ_i. These are the aggregation-weight views only: the full q-FedAvg
+(with its Lipschitz step), TERM's running normaliser and PropFair's client-side surrogate are
+separate rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._checks import as_float_array, check_real
+from ..kernels import check_backend
+from ..online import exponentiated_gradient
+from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
+from .fedavg import apply_weighted_update, fedavg_weights
+
+__all__ = [
+    "eg_fedavg_weights",
+    "eg_propfair_weights",
+    "eg_qffl_weights",
+    "eg_term_weights",
+    "propfair_eg",
+    "qffl_eg",
+    "term_eg",
+]
+
+
+def _losses(losses: Any, m: int) -> np.ndarray:
+    F = as_float_array(losses, "losses", shape=(m,), dtype=np.float64, allow_int=True)
+    if np.any(F < 0):
+        raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
+    return F
+
+
+def eg_fedavg_weights(num_samples: Any) -> np.ndarray:
+    """FedAvg row: r = 0, η = 1 from p = w, so the EG step returns w (∝ n_i)."""
+    w = fedavg_weights(num_samples)
+    return exponentiated_gradient(w, np.zeros(w.size), 1.0)
+
+
+def eg_qffl_weights(losses: Any, num_samples: Any, q: float) -> np.ndarray:
+    """q-FedAvg row: r_i = q log F_i, η = 1 from p = w, giving p_i ∝ w_i F_i^q.
+
+    q = 0 gives w. Clients with F_i = 0 get weight 0 for q > 0 (the limit q log 0 = −∞); all-zero
+    losses with q > 0 raise ``ValueError``. As q → ∞ the weight concentrates on argmax F (AFL).
+
+    Parameters
+    ----------
+    losses : array_like, shape (m,)
+        F_i(θ^t) ≥ 0 of the selected clients.
+    num_samples : array_like of int, shape (m,)
+        n_i.
+    q : float
+        Fairness parameter q ≥ 0.
+    """
+    w = fedavg_weights(num_samples)
+    F = _losses(losses, w.size)
+    qv = check_real(q, "q", low=0.0)
+    if qv == 0.0:
+        return exponentiated_gradient(w, np.zeros(w.size), 1.0)
+    pos = F > 0
+    if not np.any(pos):
+        raise ValueError(
+            "losses are all zero: q-FedAvg's weights ∝ w_i F_i^q are undefined for q > 0"
+        )
+    # F_i = 0 is the limit r_i → −∞: restrict the last decision to the clients with F_i > 0.
+    p0 = np.where(pos, w, 0.0)
+    r = np.zeros(w.size)
+    r[pos] = qv * np.log(F[pos])
+    return exponentiated_gradient(p0 / p0.sum(), r, 1.0)
+
+
+def eg_term_weights(losses: Any, num_samples: Any, tilt: float) -> np.ndarray:
+    """TERM row: r_i = F_i, η = 1/λ from p = w, giving p_i ∝ w_i exp(λ F_i).
+
+    λ = ``tilt`` (any real; λ = 0 gives w, λ < 0 down-weights high losses).
+    """
+    w = fedavg_weights(num_samples)
+    F = _losses(losses, w.size)
+    lam = check_real(tilt, "tilt")
+    if lam == 0.0:
+        return exponentiated_gradient(w, np.zeros(w.size), 1.0)
+    # η = 1/λ; exp(r/η) = exp(λ F). Pass r = λF with η = 1 when λ < 0 (η must be positive).
+    return (
+        exponentiated_gradient(w, lam * F, 1.0)
+        if lam < 0
+        else exponentiated_gradient(w, F, 1.0 / lam)
+    )
+
+
+def eg_propfair_weights(losses: Any, num_samples: Any, M: float) -> np.ndarray:
+    """PropFair row: r_i = −log(M − F_i), η = 1 from p = w, giving p_i ∝ w_i / (M − F_i).
+
+    Requires M > max_i F_i (``ValueError`` naming M otherwise).
+    """
+    w = fedavg_weights(num_samples)
+    F = _losses(losses, w.size)
+    Mv = check_real(M, "M", low=0.0, low_open=True)
+    if not Mv > F.max():
+        raise ValueError(
+            f"M must exceed every loss (PropFair needs M > F_i); got M = {Mv}, max loss {F.max()}"
+        )
+    return exponentiated_gradient(w, -np.log(Mv - F), 1.0)
+
+
+def _eg_rule(name: str, weights_of: Any, hyper: dict[str, Any], backend: str) -> Rule:
+    check_backend(backend)
+
+    def init(params: np.ndarray, num_clients: int) -> EmptyState:
+        del params, num_clients
+        return EmptyState()
+
+    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta, needs=("losses",))
+        p = weights_of(reports.losses, reports.num_samples)
+        out = apply_weighted_update(theta, reports.deltas, p, backend=backend)
+        return Aggregate(out, state, {"weights": p})
+
+    return Rule(name, init, step, {**hyper, "backend": backend})
+
+
+def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
+    """q-FedAvg's aggregation weights as an EG step: weights ∝ w_i F_i^q (:func:`eg_qffl_weights`).
+
+    ``info["weights"]`` holds the weights over the selected clients.
+    """
+    qv = check_real(q, "q", low=0.0)
+    return _eg_rule("qffl-eg", lambda F, n: eg_qffl_weights(F, n, qv), {"q": qv}, backend)
+
+
+def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
+    """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i) (:func:`eg_term_weights`)."""
+    lam = check_real(tilt, "tilt")
+    return _eg_rule("term-eg", lambda F, n: eg_term_weights(F, n, lam), {"tilt": lam}, backend)
+
+
+def propfair_eg(*, M: float = 5.0, backend: str = "numpy") -> Rule:
+    """PropFair's aggregation weights as an EG step: ∝ w_i/(M − F_i) (:func:`eg_propfair_weights`).
+
+    M must exceed every loss the rule sees (``ValueError`` otherwise); raise the default 5 for
+    losses that can exceed it.
+    """
+    Mv = check_real(M, "M", low=0.0, low_open=True)
+    return _eg_rule("propfair-eg", lambda F, n: eg_propfair_weights(F, n, Mv), {"M": Mv}, backend)

@@ -1,0 +1,772 @@
+"""Geometry of the probability simplex: exact projections, the simplex-constrained QP, min-norm
+points and entropic (KL) steps (SPEC §3-§5, §8; AAgFF poster; FedMGDA+).
+
+Everything here is *exact*: each argmin is found by a finite algorithm (a sort, a sweep over
+breakpoints, an active-set method) and is correct up to floating-point round-off, never "to a
+solver tolerance". ``fairagg.oracles`` solves the same problems with cvxpy as an independent check.
+
+Sets used below, for a length-K vector x:
+
+- the simplex Δ = {x : x ≥ 0, Σ x = total} (``total`` = 1 unless stated);
+- the box-simplex {x : lower ≤ x ≤ upper, Σ x = total}, ``lower``/``upper`` scalars or length-K
+  arrays, ``upper`` may be ``inf``. It is non-empty iff lower ≤ upper and Σ lower ≤ total ≤ Σ upper.
+
+Conventions: inputs are validated once (``ValueError``/``TypeError`` naming the argument); the
+projections keep a float32/float64 input's dtype; the QP machinery computes and returns float64.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+
+from ._checks import as_float_array, check_finite, check_int, check_real
+
+__all__ = [
+    "MinNormResult",
+    "QPResult",
+    "a_norm_projection",
+    "check_box",
+    "check_simplex_point",
+    "kl_step",
+    "log_normalize",
+    "min_norm_point",
+    "min_norm_weights",
+    "project_box_simplex",
+    "project_simplex",
+    "solve_simplex_qp",
+]
+
+_FREE, _LOWER, _UPPER = 0, 1, 2
+
+
+# --------------------------------------------------------------------------------------------
+# Euclidean projections
+# --------------------------------------------------------------------------------------------
+
+
+def project_simplex(y: Any, total: float = 1.0) -> np.ndarray:
+    """Exact Euclidean projection argmin_{x ≥ 0, Σx = total} ½‖x − y‖² (SPEC §3).
+
+    The sort-based algorithm (Held, Wolfe & Crowder 1974; Duchi et al. 2008), O(K log K): sort
+    ``y`` descending into u, ρ = max{j : u_j + (total − Σ_{i≤j} u_i)/j > 0},
+    τ = (total − Σ_{i≤ρ} u_i)/ρ, x = max(y + τ, 0). Note the inclusive sum Σ_{i≤j}: the public
+    q-FFL code's Σ_{i<j} leaves the simplex.
+
+    Parameters
+    ----------
+    y : array_like, shape (K,)
+        Finite point, K ≥ 1; float32 and float64 keep their dtype.
+    total : float
+        Positive sum of the result.
+
+    Returns
+    -------
+    ndarray, shape (K,)
+        The projection. ``y`` is shifted by its maximum first (projection commutes with adding a
+        constant to every entry), so large offsets do not overflow the cumulative sum.
+    """
+    v = as_float_array(y, "y", ndim=1, min_size=1)
+    s = check_real(total, "total", low=0.0, low_open=True)
+    z = v.astype(np.float64) - np.max(v)
+    u = np.sort(z)[::-1]
+    css = np.cumsum(u) - s
+    j = np.arange(1, u.size + 1)
+    rho = int(np.nonzero(u - css / j > 0)[0][-1]) + 1
+    tau = css[rho - 1] / rho
+    return np.maximum(z - tau, 0.0).astype(v.dtype, copy=False)
+
+
+def check_box(
+    lower: Any, upper: Any, size: int, total: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate box bounds for a length-``size`` box-simplex; return float64 arrays (K,).
+
+    ``lower`` must be finite; ``upper`` may hold ``+inf``. Raises ``ValueError`` if the set
+    {lower ≤ x ≤ upper, Σx = total} is empty.
+    """
+    if isinstance(lower, float) and isinstance(upper, float) and lower == 0.0 and upper == np.inf:
+        return np.zeros(size), np.full(size, np.inf)  # the plain simplex (fast path)
+    lo = as_float_array(lower, "lower", dtype=np.float64, allow_int=True)
+    hi = as_float_array(upper, "upper", dtype=np.float64, allow_int=True, finite=False)
+    if np.any(np.isnan(hi)) or np.any(hi == -np.inf):
+        raise ValueError("upper must hold real numbers or +inf; got NaN or -inf")
+    for name, v in (("lower", lo), ("upper", hi)):
+        if v.shape not in ((), (size,)):
+            raise ValueError(f"{name} must be a scalar or have shape ({size},); got {v.shape}")
+    lo = np.array(np.broadcast_to(lo, (size,)))
+    hi = np.array(np.broadcast_to(hi, (size,)))
+    if np.any(lo > hi):
+        i = int(np.argmax(lo > hi))
+        raise ValueError(
+            f"lower must not exceed upper; lower[{i}] = {lo[i]} > upper[{i}] = {hi[i]}"
+        )
+    if lo.sum() > total * (1 + 1e-12):
+        raise ValueError(f"the box-simplex is empty: sum(lower) = {lo.sum()} > total = {total}")
+    if hi.sum() < total * (1 - 1e-12):
+        raise ValueError(f"the box-simplex is empty: sum(upper) = {hi.sum()} < total = {total}")
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
+    """x = clip(y − τ, lo, hi) with Σx = s: a sweep over the sorted breakpoints of S(τ).
+
+    S(τ) = Σ_i clip(y_i − τ, lo_i, hi_i) is continuous, non-increasing and piecewise linear:
+    coordinate i sits at hi_i for τ ≤ y_i − hi_i, equals y_i − τ up to τ = y_i − lo_i and sits at
+    lo_i after. On each segment S(τ) = c − n τ (n free coordinates); the sweep updates c and n at
+    each breakpoint and solves c − n τ = s on the segment where S crosses s.
+    """
+    K = y.shape[0]
+    shift = np.max(y)  # translation invariance keeps the breakpoints small
+    z = y - shift
+    ev = np.empty(2 * K)
+    kind = np.empty(2 * K, dtype=np.int64)  # i for "leaves the upper bound", K + i for "hits lo"
+    ne = 0
+    c = 0.0
+    n = 0
+    for i in range(K):
+        if np.isfinite(hi[i]):
+            c += hi[i]
+            ev[ne] = z[i] - hi[i]
+            kind[ne] = i
+            ne += 1
+        else:
+            c += z[i]
+            n += 1
+        ev[ne] = z[i] - lo[i]
+        kind[ne] = K + i
+        ne += 1
+    order = np.argsort(ev[:ne], kind="mergesort")
+    tau = np.nan
+    for e in order:
+        t = ev[e]
+        if c - n * t <= s:  # S crosses s on the segment ending at t
+            tau = t if n == 0 else (c - s) / n
+            if tau > t:  # round-off: keep τ inside its segment
+                tau = t
+            break
+        j = kind[e]
+        if j < K:
+            c += z[j] - hi[j]
+            n += 1
+        else:
+            j -= K
+            c += lo[j] - z[j]
+            n -= 1
+    if np.isnan(tau):  # S(last breakpoint) = Σ lo > s: excluded by the caller's check
+        tau = ev[order[ne - 1]]
+    x = np.empty(K)
+    for i in range(K):
+        x[i] = min(max(z[i] - tau, lo[i]), hi[i])
+    return x
+
+
+def project_box_simplex(
+    y: Any, lower: Any = 0.0, upper: Any = np.inf, total: float = 1.0
+) -> np.ndarray:
+    """Exact Euclidean projection onto the box-simplex {lower ≤ x ≤ upper, Σx = total}.
+
+    The solution is x_i = clip(y_i − τ, lower_i, upper_i) with τ the root of the non-increasing,
+    piecewise-linear S(τ) = Σ_i clip(y_i − τ, lower_i, upper_i) = total. A sweep over the 2K sorted
+    breakpoints y_i − upper_i, y_i − lower_i finds the segment where S crosses ``total`` and solves
+    the linear equation there: O(K log K), exact up to round-off. With ``lower = 0``,
+    ``upper = inf`` this is :func:`project_simplex`.
+
+    Parameters
+    ----------
+    y : array_like, shape (K,)
+        Finite point; dtype kept.
+    lower, upper : float or array_like, shape (K,)
+        Bounds (``upper`` may be ``inf``); the set must be non-empty.
+    total : float
+        Positive sum of the result.
+
+    Returns
+    -------
+    ndarray, shape (K,)
+    """
+    v = as_float_array(y, "y", ndim=1, min_size=1)
+    s = check_real(total, "total", low=0.0, low_open=True)
+    lo, hi = check_box(lower, upper, v.size, s)
+    return _box_project(v.astype(np.float64), lo, hi, s).astype(v.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Simplex-constrained QP: primal active-set method
+# --------------------------------------------------------------------------------------------
+
+
+class QPResult(NamedTuple):
+    """Solution of min ½xᵀAx + bᵀx over a box-simplex.
+
+    Attributes
+    ----------
+    x : ndarray of float64, shape (K,)
+        The minimiser.
+    multiplier : float
+        ν, the multiplier of Σx = total: (Ax + b)_i = ν on the free set, ≥ ν at the lower bound,
+        ≤ ν at the upper bound (the KKT conditions).
+    active_lower, active_upper : ndarray of bool, shape (K,)
+        The final working set: coordinates held at their lower / upper bound.
+    iterations : int
+        Active-set iterations (each one linear solve on the free set).
+    kkt_residual : float
+        Largest violation of the KKT conditions (stationarity on the free set, dual signs on the
+        working set, primal feasibility), relative to the gradient's scale. Round-off level.
+    """
+
+    x: np.ndarray
+    multiplier: float
+    active_lower: np.ndarray
+    active_upper: np.ndarray
+    iterations: int
+    kkt_residual: float
+
+
+@numba.njit(cache=True)
+def _tri_solve_lower(L, r):  # pragma: no cover - compiled
+    """Solve L y = r for lower-triangular L."""
+    n = r.shape[0]
+    y = np.empty(n)
+    for i in range(n):
+        acc = r[i]
+        for k in range(i):
+            acc -= L[i, k] * y[k]
+        y[i] = acc / L[i, i]
+    return y
+
+
+@numba.njit(cache=True)
+def _tri_solve_upper_t(L, r):  # pragma: no cover - compiled
+    """Solve Lᵀ y = r for lower-triangular L."""
+    n = r.shape[0]
+    y = np.empty(n)
+    for i in range(n - 1, -1, -1):
+        acc = r[i]
+        for k in range(i + 1, n):
+            acc -= L[k, i] * y[k]
+        y[i] = acc / L[i, i]
+    return y
+
+
+@numba.njit(cache=True)
+def _kkt_solve(A, b, x, state, total, definite):  # pragma: no cover - compiled
+    """Minimise over the free set F with the working set held: return (F, x_F, ν, ok).
+
+    Stationarity A_FF x_F + A_FW x_W + b_F = ν 1 with 1ᵀx_F = total − Σ x_W. For a positive
+    definite A (``definite``): Cholesky A_FF = LLᵀ, u = A_FF⁻¹(−b_F − A_FW x_W), v = A_FF⁻¹ 1,
+    ν = (s' − Σu)/Σv, x_F = u + ν v. Otherwise (a semidefinite Gram matrix) the bordered system
+    [A_FF 1; 1ᵀ 0] is solved by LU, and a solution with a large residual (a numerically singular
+    system) is reported as not ok.
+    """
+    K = b.shape[0]
+    nf = 0
+    for j in range(K):
+        if state[j] == 0:
+            nf += 1
+    free = np.empty(nf, dtype=np.int64)
+    a = 0
+    fixed_sum = 0.0
+    for j in range(K):
+        if state[j] == 0:
+            free[a] = j
+            a += 1
+        else:
+            fixed_sum += x[j]
+    rhs = np.empty(nf)
+    M = np.empty((nf, nf))
+    for a in range(nf):
+        i = free[a]
+        acc = b[i]
+        for j in range(K):
+            if state[j] != 0:
+                acc += A[i, j] * x[j]
+        rhs[a] = -acc
+        for c in range(nf):
+            M[a, c] = A[i, free[c]]
+    s = total - fixed_sum
+    if definite:
+        try:
+            L = np.linalg.cholesky(M)
+        except Exception:  # A_FF not positive definite
+            return free, rhs, 0.0, False
+        # Adding c·1 to the right-hand side only shifts ν by c; centring it keeps u small, so
+        # u + ν v does not cancel (for A ≈ aI the error would otherwise grow with |b| / a).
+        c = rhs.mean()
+        u = _tri_solve_upper_t(L, _tri_solve_lower(L, rhs - c))
+        v = _tri_solve_upper_t(L, _tri_solve_lower(L, np.ones(nf)))
+        nu = (s - u.sum()) / v.sum()
+        return free, u + nu * v, nu - c, True
+    B = np.zeros((nf + 1, nf + 1))
+    B[:nf, :nf] = M
+    B[:nf, nf] = -1.0
+    B[nf, :nf] = 1.0
+    r = np.empty(nf + 1)
+    r[:nf] = rhs
+    r[nf] = s
+    try:
+        sol = np.linalg.solve(B, r)
+    except Exception:  # exactly singular
+        return free, rhs, 0.0, False
+    res = 0.0
+    scale = 0.0
+    for a in range(nf + 1):
+        acc = -r[a]
+        scale = max(scale, abs(r[a]))
+        for c in range(nf + 1):
+            acc += B[a, c] * sol[c]
+            scale = max(scale, abs(B[a, c] * sol[c]))
+        res = max(res, abs(acc))
+    if not (res <= 1e-9 * scale):  # also catches NaN
+        return free, rhs, 0.0, False
+    return free, sol[:nf], sol[nf], True
+
+
+@numba.njit(cache=True)
+def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # pragma: no cover
+    """Primal active-set method (Nocedal & Wright, Alg. 16.3) on a box-simplex.
+
+    ``x`` is feasible and consistent with ``state`` (0 free, 1 at lower, 2 at upper) with at least
+    one free coordinate. Returns (x, state, ν, iterations, status): status 0 converged, 1
+    iteration limit, 2 the free-set system failed with nothing to drop.
+    """
+    K = b.shape[0]
+    tabu = np.zeros(K, dtype=np.bool_)
+    last_freed = -1
+    nu = 0.0
+    for it in range(1, max_iter + 1):
+        free, sol, nu_f, ok = _kkt_solve(A, b, x, state, total, definite)
+        nf = free.shape[0]
+        if not ok:
+            # Degenerate free set (semidefinite A): the coordinate freed last is affinely
+            # dependent on the others to working precision, so it cannot lower the objective.
+            if last_freed < 0:
+                return x, state, nu, it, 2
+            j = last_freed
+            state[j] = 1 if x[j] <= lo[j] else 2
+            x[j] = lo[j] if state[j] == 1 else hi[j]
+            tabu[j] = True
+            last_freed = -1
+            continue
+        nu = nu_f
+        alpha = 1.0
+        block = -1
+        block_to = 0
+        if nf > 1:  # with one free coordinate the equality fixes it: no step to limit
+            for a in range(nf):
+                i = free[a]
+                d = sol[a] - x[i]
+                if d < 0.0:
+                    r = (lo[i] - x[i]) / d
+                    if r < alpha:
+                        alpha, block, block_to = r, i, 1
+                elif d > 0.0 and hi[i] < np.inf:
+                    r = (hi[i] - x[i]) / d
+                    if r < alpha:
+                        alpha, block, block_to = r, i, 2
+        if block >= 0:
+            if alpha < 0.0:
+                alpha = 0.0
+            for a in range(nf):
+                i = free[a]
+                x[i] += alpha * (sol[a] - x[i])
+            state[block] = block_to
+            x[block] = lo[block] if block_to == 1 else hi[block]
+            if alpha > 0.0:
+                tabu[:] = False
+            elif block == last_freed:
+                tabu[block] = True  # freed on a round-off-sized multiplier: keep it held
+            last_freed = -1
+            continue
+        for a in range(nf):
+            x[free[a]] = sol[a]
+        tabu[:] = False
+        # x minimises over the current face: check the signs of the working set's multipliers
+        worst = tol
+        enter = -1
+        for j in range(K):
+            if state[j] == 0 or tabu[j]:
+                continue
+            g = b[j]
+            for k in range(K):
+                g += A[j, k] * x[k]
+            viol = nu - g if state[j] == 1 else g - nu
+            if viol > worst:
+                worst, enter = viol, j
+        if enter < 0:
+            return x, state, nu, it, 0
+        state[enter] = 0
+        last_freed = enter
+    return x, state, nu, max_iter, 1
+
+
+@numba.njit(cache=True)
+def _start_state(x, lo, hi, A, b):  # pragma: no cover - compiled
+    """Working set of a feasible start: coordinates at a bound are held; at least one is free."""
+    K = x.shape[0]
+    state = np.zeros(K, dtype=np.int64)
+    nfree = 0
+    for i in range(K):
+        if x[i] <= lo[i]:
+            state[i] = 1
+        elif x[i] >= hi[i]:
+            state[i] = 2
+        else:
+            nfree += 1
+    if nfree == 0:
+        # a vertex of the box: free the movable coordinate with the smallest gradient
+        best = -1
+        gbest = np.inf
+        for i in range(K):
+            if lo[i] < hi[i] or best < 0:
+                g = b[i]
+                for k in range(K):
+                    g += A[i, k] * x[k]
+                if g < gbest or best < 0 or (lo[best] == hi[best] and lo[i] < hi[i]):
+                    best, gbest = i, g
+        state[best] = 0
+    return state
+
+
+@numba.njit(cache=True)
+def _kkt_residual(A, b, x, state, nu, lo, hi, total):  # pragma: no cover - compiled
+    """Largest KKT violation, relative to the scale of the gradient (and of ``total``)."""
+    K = b.shape[0]
+    g = A @ x + b
+    scale = max(np.max(np.abs(g)), abs(nu), np.max(np.abs(b)), 1e-300)
+    r = 0.0
+    feas = abs(x.sum() - total) / total
+    for i in range(K):
+        if state[i] == 0:
+            r = max(r, abs(g[i] - nu) / scale)
+        elif state[i] == 1:
+            r = max(r, (nu - g[i]) / scale)
+        else:
+            r = max(r, (g[i] - nu) / scale)
+        feas = max(feas, (lo[i] - x[i]) / total, (x[i] - hi[i]) / total)
+    return max(r, feas)
+
+
+@numba.njit(cache=True)
+def _symmetrize(A):  # pragma: no cover - compiled
+    """(A + Aᵀ)/2, max |A − Aᵀ| and max |A| in one pass."""
+    K = A.shape[0]
+    S = np.empty((K, K))
+    asym = 0.0
+    amax = 0.0
+    for i in range(K):
+        for j in range(K):
+            S[i, j] = 0.5 * (A[i, j] + A[j, i])
+            asym = max(asym, abs(A[i, j] - A[j, i]))
+            amax = max(amax, abs(A[i, j]))
+    return S, asym, amax
+
+
+@numba.njit(cache=True)
+def _qp(A, b, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no cover
+    """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
+
+    ``warm``: 0 cold start, 1 project ``x0`` and start there, 2 ``x0`` is already feasible.
+    ``check``: prove A positive definite on a warm start (a cold start always does).
+    Returns (x, state, ν, iterations, status, kkt_residual); status 3 means A is not positive
+    definite.
+    """
+    K = b.shape[0]
+    fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf)
+    if warm == 1:
+        if check:
+            try:
+                np.linalg.cholesky(A)
+            except Exception:
+                return fail
+        x = _box_project(x0, lo, hi, total)
+        state = _start_state(x, lo, hi, A, b)
+    elif warm == 0:
+        # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
+        # whole of A is the positive-definiteness check), projected onto the box-simplex
+        free, sol, nu, ok = _kkt_solve(A, b, x0, np.zeros(K, dtype=np.int64), total, True)
+        if not ok:
+            return fail
+        x = _box_project(sol, lo, hi, total)
+        state = _start_state(x, lo, hi, A, b)
+    else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
+        x = x0.copy()
+        state = _start_state(x, lo, hi, A, b)
+    gscale = np.max(np.abs(A)) * np.max(np.abs(x)) + np.max(np.abs(b))
+    tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
+    x, state, nu, its, status = _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite)
+    return x, state, nu, its, status, _kkt_residual(A, b, x, state, nu, lo, hi, total)
+
+
+def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray]:
+    Am = as_float_array(A, name_a, ndim=2, dtype=np.float64, allow_int=True)
+    bv = as_float_array(b, "b", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    K = bv.size
+    if Am.shape != (K, K):
+        raise ValueError(f"{name_a} must have shape ({K}, {K}) to match b; got {Am.shape}")
+    S, asym, amax = _symmetrize(Am)
+    if asym > 1e-10 * max(amax, 1e-300):
+        raise ValueError(f"{name_a} must be symmetric; max |{name_a} - {name_a}.T| = {asym:.3g}")
+    return S, bv
+
+
+def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
+    x, state, nu, its, status, res = out
+    if status == 3:
+        raise ValueError(f"{name_a} must be positive definite (its Cholesky factorisation failed)")
+    if status == 1:
+        raise RuntimeError(
+            f"the active-set method did not terminate in max_iter = {max_iter} iterations "
+            "(cycling on a degenerate problem); raise max_iter or perturb the problem"
+        )
+    if status == 2:
+        raise RuntimeError(
+            f"the free-set KKT system is singular at the start: {name_a} is degenerate"
+        )
+    return QPResult(x, float(nu), state == _LOWER, state == _UPPER, int(its), float(res))
+
+
+def solve_simplex_qp(
+    A: Any,
+    b: Any,
+    *,
+    lower: Any = 0.0,
+    upper: Any = np.inf,
+    total: float = 1.0,
+    x0: Any = None,
+    max_iter: int | None = None,
+) -> QPResult:
+    """Exact minimiser of the strictly convex QP ½xᵀAx + bᵀx over the box-simplex (SPEC §5).
+
+    This is the AAgFF-S step and the A-norm (Mahalanobis) projection onto the simplex. A primal
+    active-set method (Nocedal & Wright, *Numerical Optimization*, Alg. 16.3): each iteration solves
+    the KKT system of the equality-constrained problem on the current free set (a Cholesky
+    factorisation of A_FF), then either steps to its solution or stops at the first bound in the
+    way, which joins the working set; at a face minimiser, the held coordinate whose multiplier has
+    the wrong sign leaves the working set. The objective never increases and, A being positive
+    definite, no working set repeats, so the method terminates finitely at a point that satisfies
+    the KKT conditions up to round-off (``kkt_residual``).
+
+    The cold start minimises over {Σx = total} alone and projects that point onto the box-simplex
+    (its bounds guess the active set); ``x0`` (e.g. the previous round's solution) replaces it, and
+    a good ``x0`` usually ends the method in one or two iterations. All of it runs in one compiled
+    call.
+
+    Parameters
+    ----------
+    A : array_like, shape (K, K)
+        Symmetric positive definite (``ValueError`` otherwise; for a semidefinite Gram matrix use
+        :func:`min_norm_weights`). Symmetrised as (A + Aᵀ)/2 after a symmetry check.
+    b : array_like, shape (K,)
+    lower, upper : float or array_like, shape (K,)
+        Box bounds (default: the simplex).
+    total : float
+        Σx.
+    x0 : array_like, shape (K,), optional
+        Warm start; projected onto the box-simplex first, so any finite vector is accepted.
+    max_iter : int, optional
+        Safety limit, default 20K + 100; reaching it raises ``RuntimeError``.
+
+    Returns
+    -------
+    QPResult
+    """
+    Am, bv = _check_qp(A, b)
+    K = bv.size
+    s = check_real(total, "total", low=0.0, low_open=True)
+    lo, hi = check_box(lower, upper, K, s)
+    it = 20 * K + 100 if max_iter is None else check_int(max_iter, "max_iter", low=1)
+    if x0 is None:
+        start, warm = np.zeros(K), 0
+    else:
+        start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
+    return _result(_qp(Am, bv, lo, hi, s, start, warm, True, True, it), it)
+
+
+def a_norm_projection(
+    y: Any, A: Any, *, lower: Any = 0.0, upper: Any = np.inf, total: float = 1.0
+) -> QPResult:
+    """Projection of ``y`` onto the box-simplex in the A-norm: argmin ½(x − y)ᵀA(x − y).
+
+    The QP of :func:`solve_simplex_qp` with b = −Ay; A symmetric positive definite.
+    """
+    yv = as_float_array(y, "y", ndim=1, dtype=np.float64, min_size=1)
+    Am, _ = _check_qp(A, yv)
+    return solve_simplex_qp(Am, -(Am @ yv), lower=lower, upper=upper, total=total, x0=yv)
+
+
+# --------------------------------------------------------------------------------------------
+# Min-norm point of a convex hull (MGDA / FedMGDA+ / Pareto stationarity)
+# --------------------------------------------------------------------------------------------
+
+
+class MinNormResult(NamedTuple):
+    """Min-norm point of the (box-constrained) convex hull of vectors v_1..v_m.
+
+    Attributes
+    ----------
+    weights : ndarray of float64, shape (m,)
+        λ in the box-simplex attaining the minimum (not unique when the vectors are affinely
+        dependent; the point is).
+    point : ndarray of float64, shape (d,) or None
+        Σ λ_k v_k (None when only the Gram matrix was given).
+    norm_sq : float
+        ‖Σ λ_k v_k‖² = λᵀGλ.
+    qp : QPResult
+        The underlying QP solution (active set, multiplier, iterations, KKT residual).
+    """
+
+    weights: np.ndarray
+    point: np.ndarray | None
+    norm_sq: float
+    qp: QPResult
+
+
+def _greedy_vertex(A: np.ndarray, lo: np.ndarray, hi: np.ndarray, s: float) -> np.ndarray:
+    """A feasible start with at most one coordinate strictly inside its bounds.
+
+    Fill up from ``lower`` in order of the smallest diagonal ½A_ii. For the plain simplex this is
+    the vertex e_j of the shortest vector, Wolfe's starting point for the min-norm point.
+    """
+    x = lo.copy()
+    rest = s - lo.sum()
+    for i in np.argsort(np.diag(A), kind="stable"):
+        if rest <= 0.0:
+            break
+        add = min(rest, hi[i] - lo[i])
+        x[i] += add
+        rest -= add
+    return x
+
+
+def min_norm_weights(
+    gram: Any,
+    *,
+    lower: Any = 0.0,
+    upper: Any = np.inf,
+    max_iter: int | None = None,
+) -> QPResult:
+    """Exact argmin_{λ in the box-simplex} λᵀGλ for a positive semidefinite Gram matrix G.
+
+    Gram matrices are often singular (more vectors than dimensions, parallel or repeated vectors),
+    so the method starts from the best vertex and adds one coordinate at a time, as Wolfe's
+    min-norm-point algorithm does (Wolfe 1976): a coordinate joins the free set only if it lowers
+    the objective, hence the free vectors stay affinely independent and every free-set system is
+    non-singular. A coordinate whose system is singular to working precision is held at its bound
+    (it cannot lower the objective). Same active-set method as :func:`solve_simplex_qp`, b = 0.
+
+    Parameters
+    ----------
+    gram : array_like, shape (m, m)
+        G_jk = ⟨v_j, v_k⟩, symmetric positive semidefinite.
+    lower, upper : float or array_like, shape (m,)
+        Box bounds on λ (FedMGDA+'s ε-box; default the simplex).
+
+    Returns
+    -------
+    QPResult
+        ``x`` holds λ; the objective value is xᵀGx.
+    """
+    G0 = as_float_array(gram, "gram", ndim=2, dtype=np.float64, allow_int=True, min_size=1)
+    G, _ = _check_qp(G0, np.zeros(G0.shape[0]), "gram")
+    m = G.shape[0]
+    if np.any(np.diag(G) < 0):
+        raise ValueError("gram must be positive semidefinite; it has a negative diagonal entry")
+    lo, hi = check_box(lower, upper, m, 1.0)
+    it = 20 * m + 100 if max_iter is None else check_int(max_iter, "max_iter", low=1)
+    x = _greedy_vertex(G, lo, hi, 1.0)
+    return _result(_qp(G, np.zeros(m), lo, hi, 1.0, x, 2, False, False, it), it, "gram")
+
+
+def min_norm_point(
+    vectors: Any, *, lower: Any = 0.0, upper: Any = np.inf, max_iter: int | None = None
+) -> MinNormResult:
+    """Min-norm point of the convex hull of the rows of ``vectors`` (box-constrained weights).
+
+    min_{λ} ‖Σ_k λ_k v_k‖² over the box-simplex; see :func:`min_norm_weights`. The Gram matrix is
+    one GEMM (O(m² d)); the QP is O(m³) per iteration.
+
+    Parameters
+    ----------
+    vectors : array_like, shape (m, d)
+        Finite vectors, m ≥ 1.
+    lower, upper : float or array_like, shape (m,)
+        Box bounds on λ.
+
+    Returns
+    -------
+    MinNormResult
+    """
+    V = as_float_array(vectors, "vectors", ndim=2, dtype=np.float64, min_size=1)
+    qp = min_norm_weights(V @ V.T, lower=lower, upper=upper, max_iter=max_iter)
+    point = qp.x @ V
+    return MinNormResult(qp.x, point, float(point @ point), qp)
+
+
+# --------------------------------------------------------------------------------------------
+# Entropic (KL) steps
+# --------------------------------------------------------------------------------------------
+
+
+def log_normalize(log_weights: Any) -> np.ndarray:
+    """p_i = exp(s_i) / Σ_j exp(s_j) with a max-shift, so it never overflows (STYLE.md).
+
+    ``-inf`` entries give exact zeros; ``+inf`` and NaN are rejected; at least one entry must be
+    finite.
+    """
+    s = as_float_array(log_weights, "log_weights", ndim=1, min_size=1, finite=False)
+    if np.any(np.isnan(s)) or np.any(s == np.inf):
+        raise ValueError("log_weights must not hold NaN or +inf")
+    top = np.max(s)
+    if top == -np.inf:
+        raise ValueError("log_weights must hold at least one finite entry (all weights are zero)")
+    e = np.exp(s - top)
+    return e / e.sum()
+
+
+def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
+    """Entropic mirror step p_i^+ ∝ p_i exp(r_i / η) (SPEC §4; AAgFF poster, EG closed form).
+
+    This is argmin_{x ∈ Δ} −⟨x, r⟩ + η KL(x ‖ p), computed in log space: log p_i + r_i/η,
+    max-shifted, exponentiated, normalised. Entries with p_i = 0 stay 0 (KL(x ‖ p) is finite only
+    if x_i = 0 there).
+
+    Parameters
+    ----------
+    p : array_like, shape (K,)
+        A point of the simplex (non-negative, Σp = 1 within 1e-9 relative).
+    r : array_like, shape (K,)
+        Finite response (the negative loss gradient).
+    eta : float
+        Positive step parameter; η = inf returns p.
+
+    Returns
+    -------
+    ndarray of float64, shape (K,)
+    """
+    pv = check_simplex_point(p, "p")
+    rv = as_float_array(r, "r", shape=(pv.size,), dtype=np.float64, allow_int=True)
+    e = float(eta)
+    if not (e > 0):
+        raise ValueError(f"eta must be > 0; got {eta}")
+    if e == np.inf:
+        return pv.copy()
+    with np.errstate(divide="ignore"):
+        logp = np.log(pv)
+    z = rv / e
+    check_finite(z, "r / eta")
+    return log_normalize(logp + z)
+
+
+def check_simplex_point(p: Any, name: str, *, rtol: float = 1e-9) -> np.ndarray:
+    """Validate a point of the probability simplex: float64, finite, ≥ 0, sums to 1 (±rtol)."""
+    pv = as_float_array(p, name, ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    if np.any(pv < 0):
+        raise ValueError(f"{name} must be non-negative; minimum is {pv.min()}")
+    total = pv.sum()
+    if abs(total - 1.0) > rtol:
+        raise ValueError(f"{name} must sum to 1 (a point of the simplex); sums to {total!r}")
+    return pv
