@@ -33,6 +33,7 @@ TABLE_COLUMNS = (
     ("variance", "Variance"),
     ("angle", "Angle (°)"),
     ("kl", "KL(a||u)"),
+    ("gini", "Gini×100"),
 )
 
 
@@ -75,6 +76,19 @@ def _rule_arg(text: str) -> tuple[str, Any]:
         except ValueError:
             pass
     return key, {"true": True, "false": False}.get(raw.lower(), raw)
+
+
+def _rule_kwargs(pairs: Sequence[tuple[str, Any]], rule_name: str) -> dict[str, Any]:
+    """Hyper-parameters for ``rule_name`` from ``--rule-arg``: ``K=V`` goes to every rule,
+    ``RULE.K=V`` only to RULE."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        scope, dot, name = key.rpartition(".")
+        if not dot:
+            out[key] = value
+        elif scope == rule_name:
+            out[name] = value
+    return out
 
 
 def _add_experiment_args(p: argparse.ArgumentParser) -> None:
@@ -122,7 +136,8 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="hyper-parameter passed to the rule(s), repeatable",
+        help="hyper-parameter passed to every rule, or RULE.K=V to one rule only (e.g. "
+        "qffl-eg.q=5); repeatable",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -217,6 +232,19 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, ok, want in checks:
         if not ok:
             raise ValueError(f"{flag} must be {want}")
+    rules = getattr(args, "rules", None) or [getattr(args, "rule", None)]
+    for name in rules:
+        if name in RULES and RULES[name].full_participation and any(k != args.clients for k in kpr):
+            raise ValueError(
+                f"--clients-per-round must equal --clients ({args.clients}) for {name}, which "
+                "needs every client every round"
+            )
+    for key, _ in getattr(args, "rule_arg", []):
+        scope, dot, _ = key.rpartition(".")
+        if dot and scope not in rules:
+            raise ValueError(
+                f"--rule-arg {key}=...: {scope!r} is not one of the rules run ({', '.join(rules)})"
+            )
 
 
 def _make_experiment(args: argparse.Namespace):
@@ -239,7 +267,7 @@ def _run_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out
     from .rules import make_rule
     from .simulate import History, simulate
 
-    rule = make_rule(rule_name, **dict(args.rule_arg))
+    rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))
     history = History()
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{label}rounds.csv"
@@ -416,11 +444,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 vals = [r[key] for r in sel if r[key] is not None]
                 if not vals:
                     row.append("n/a")
-                elif len(sel) == 1:
-                    row.append(f"{vals[0]:.2f}" if key != "kl" else f"{vals[0]:.4f}")
                 else:
+                    if key == "gini":  # a fraction in [0, 1); shown in percent like the others
+                        vals = [100.0 * v for v in vals]
                     spec = ".4f" if key == "kl" else ".2f"
-                    row.append(f"{np.mean(vals):{spec}} ± {np.std(vals):{spec}}")
+                    if len(sel) == 1:
+                        row.append(f"{vals[0]:{spec}}")
+                    else:
+                        row.append(f"{np.mean(vals):{spec}} ± {np.std(vals):{spec}}")
             rows.append(row)
     header = ["rule", "K'"] + [h for _, h in TABLE_COLUMNS]
     table = _table(rows, header)

@@ -434,9 +434,13 @@ def quadratic_ftrl_step(
     x0: Any = None,
 ) -> QPResult:
     """AAgFF-S's next decision p^{t+1}, the exact simplex minimiser of
-    :func:`quadratic_ftrl_problem` (warm-started from ``x0``, e.g. p^t)."""
+    :func:`quadratic_ftrl_problem` (warm-started from ``x0``, e.g. p^t).
+
+    A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
+    so the solver skips its Cholesky proof of that on a warm start.
+    """
     A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
-    return solve_simplex_qp(A, b, x0=x0)
+    return solve_simplex_qp(A, b, x0=x0, check_definite=False)
 
 
 # --------------------------------------------------------------------------------------------

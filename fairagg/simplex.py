@@ -538,6 +538,7 @@ def solve_simplex_qp(
     total: float = 1.0,
     x0: Any = None,
     max_iter: int | None = None,
+    check_definite: bool = True,
 ) -> QPResult:
     """Exact minimiser of the strictly convex QP ½xᵀAx + bᵀx over the box-simplex (SPEC §5).
 
@@ -569,6 +570,10 @@ def solve_simplex_qp(
         Warm start; projected onto the box-simplex first, so any finite vector is accepted.
     max_iter : int, optional
         Safety limit, default 20K + 100; reaching it raises ``RuntimeError``.
+    check_definite : bool
+        With ``x0``, prove A positive definite by a Cholesky factorisation of the whole of A
+        (a cold start always does). ``False`` skips it for callers whose A is positive definite
+        by construction (AAgFF-S: αI plus a sum of outer products, α > 0).
 
     Returns
     -------
@@ -583,7 +588,7 @@ def solve_simplex_qp(
         start, warm = np.zeros(K), 0
     else:
         start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
-    return _result(_qp(Am, bv, lo, hi, s, start, warm, True, True, it), it)
+    return _result(_qp(Am, bv, lo, hi, s, start, warm, True, bool(check_definite), it), it)
 
 
 def a_norm_projection(
@@ -739,7 +744,8 @@ def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
     p : array_like, shape (K,)
         A point of the simplex (non-negative, Σp = 1 within 1e-9 relative).
     r : array_like, shape (K,)
-        Finite response (the negative loss gradient).
+        Response (the negative loss gradient); −inf entries get weight 0, NaN and +inf are
+        rejected.
     eta : float
         Positive step parameter; η = inf returns p.
 
@@ -748,16 +754,25 @@ def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
     ndarray of float64, shape (K,)
     """
     pv = check_simplex_point(p, "p")
-    rv = as_float_array(r, "r", shape=(pv.size,), dtype=np.float64, allow_int=True)
+    rv = as_float_array(r, "r", shape=(pv.size,), dtype=np.float64, allow_int=True, finite=False)
+    if np.any(np.isnan(rv)) or np.any(rv == np.inf):
+        raise ValueError("r must not hold NaN or +inf (-inf is the limit of a zero weight)")
+    if np.max(rv[pv > 0]) == -np.inf:
+        raise ValueError("r must be finite somewhere on the support of p")
     e = float(eta)
     if not (e > 0):
         raise ValueError(f"eta must be > 0; got {eta}")
     if e == np.inf:
         return pv.copy()
-    with np.errstate(divide="ignore"):
+    supp = pv > 0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         logp = np.log(pv)
-    z = rv / e
-    check_finite(z, "r / eta")
+        # Shift r by its maximum over the support of p before dividing by η: the step is invariant
+        # to the shift, r/η cannot overflow, and at a tie of the maxima the small log p_i are not
+        # rounded away against a huge r/η (the weights then split exactly ∝ p).
+        z = (rv - np.max(rv[supp])) / e
+    z[~supp] = 0.0  # log p_i = −inf there already
+    z[np.isnan(z)] = -np.inf
     return log_normalize(logp + z)
 
 

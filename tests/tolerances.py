@@ -30,3 +30,12 @@ def assert_close(actual, desired, *, dtype=np.float64, scale: float = 1.0, err_m
     np.testing.assert_allclose(
         actual, desired, rtol=rtol * scale, atol=atol * scale, err_msg=err_msg
     )
+
+#: cvxpy oracles (``fairagg.oracles``), absolute tolerance on the argmin. OSQP with polishing
+#: solves the active set's linear system directly, so its QP answers are exact to ~1e-14 on
+#: well-scaled problems; 1e-9 leaves room for scaled inputs (errors grow with |b| / λ_min(A)).
+ORACLE_QP = 1e-9
+#: Clarabel on exponential-cone problems (rel_entr, entr, log) stops at a duality gap of
+#: 1e-12..1e-8 (the oracles retry with looser tolerances), which bounds the argmin's error at
+#: about 1e-6 on entries that span many orders of magnitude.
+ORACLE_EXP_CONE = 1e-6

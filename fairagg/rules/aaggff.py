@@ -55,10 +55,12 @@ class AAgFFSState(NamedTuple):
 
 
 class AAgFFDState(NamedTuple):
-    """AAgFF-D's state: cumulative gradient estimate G_t and the round count t."""
+    """AAgFF-D's state: cumulative gradient estimate G_t, the round count t and the logits of the
+    decision p^{t+1} to play next (computed with the L∞ of the round that produced it)."""
 
     grad_sum: np.ndarray
     rounds: int
+    logits: np.ndarray
 
 
 def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
@@ -226,7 +228,7 @@ def aaggff_d(
         K = int(num_clients)
         if K < 1:
             raise ValueError(f"num_clients must be >= 1; got {num_clients}")
-        return AAgFFDState(np.zeros(K), 0)
+        return AAgFFDState(np.zeros(K), 0, np.zeros(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFDState) -> Aggregate:
         theta = as_float_array(params, "params", ndim=1, finite=False)
@@ -236,12 +238,7 @@ def aaggff_d(
         m = ids.size
         C = m / K
         L = 2.0 + C if lipschitz is None else lipschitz
-        # the decision played this round, p_t (from G_{t-1}; uniform at t = 1)
-        p_t = (
-            log_normalize(logits(state.grad_sum, state.rounds, L))
-            if state.rounds
-            else np.full(K, 1.0 / K)
-        )
+        p_t = log_normalize(state.logits)  # the decision played this round (uniform at t = 1)
         r = aaggff_response(reports.losses, cdf=cdf, scale=C)
         r_check, r_bar = dr_response(r, ids, K, variant=variant)
         g_hat = dr_gradient(p_t, r_check, r_bar)
@@ -257,6 +254,6 @@ def aaggff_d(
             "response": r,
             "decision_loss_observed": -math.log1p(float(p_t[ids] @ r)),
         }
-        return Aggregate(out, AAgFFDState(G, t), info)
+        return Aggregate(out, AAgFFDState(G, t, z), info)
 
     return Rule("aaggff-d", init, step, hyper)

@@ -84,7 +84,10 @@ def eg_qffl_weights(losses: Any, num_samples: Any, q: float) -> np.ndarray:
     # F_i = 0 is the limit r_i → −∞: restrict the last decision to the clients with F_i > 0.
     p0 = np.where(pos, w, 0.0)
     r = np.zeros(w.size)
-    r[pos] = qv * np.log(F[pos])
+    # r_i = q log F_i, shifted by −q log max F (the EG step is invariant to a common shift) so that
+    # a huge q gives −inf for the smaller losses instead of overflowing.
+    with np.errstate(over="ignore"):
+        r[pos] = qv * (np.log(F[pos]) - np.log(F.max()))
     return exponentiated_gradient(p0 / p0.sum(), r, 1.0)
 
 
@@ -98,12 +101,13 @@ def eg_term_weights(losses: Any, num_samples: Any, tilt: float) -> np.ndarray:
     lam = check_real(tilt, "tilt")
     if lam == 0.0:
         return exponentiated_gradient(w, np.zeros(w.size), 1.0)
-    # η = 1/λ; exp(r/η) = exp(λ F). Pass r = λF with η = 1 when λ < 0 (η must be positive).
-    return (
-        exponentiated_gradient(w, lam * F, 1.0)
-        if lam < 0
-        else exponentiated_gradient(w, F, 1.0 / lam)
-    )
+    # η = 1/λ; exp(r/η) = exp(λ F). The step is invariant to a common shift of r, so it is taken
+    # as r = λ(F − F_ref), η = 1 with F_ref the loss that maximises λF: no overflow for any finite
+    # λ (including λ < 0, where η = 1/λ would be negative).
+    ref = F.max() if lam > 0 else F.min()
+    with np.errstate(over="ignore"):
+        r = lam * (F - ref)
+    return exponentiated_gradient(w, r, 1.0)
 
 
 def eg_propfair_weights(losses: Any, num_samples: Any, M: float) -> np.ndarray:
