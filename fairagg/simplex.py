@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ._checks import as_float_array, check_finite, check_int, check_real
+from ._checks import as_float_array, check_int, check_real
 
 __all__ = [
     "MinNormResult",

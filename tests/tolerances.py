@@ -31,6 +31,7 @@ def assert_close(actual, desired, *, dtype=np.float64, scale: float = 1.0, err_m
         actual, desired, rtol=rtol * scale, atol=atol * scale, err_msg=err_msg
     )
 
+
 #: cvxpy oracles (``fairagg.oracles``), absolute tolerance on the argmin. OSQP with polishing
 #: solves the active set's linear system directly, so its QP answers are exact to ~1e-14 on
 #: well-scaled problems; 1e-9 leaves room for scaled inputs (errors grow with |b| / λ_min(A)).

@@ -7,8 +7,9 @@ the rules below and the same client training seeds; the table gives mean ± std 
 the final per-client test accuracies' average (sample-weighted), worst and best client, and the
 Gini coefficient (×100), as in the poster.
 
-Rules: ``fedavg``; ``qffl-eg`` (q = 1), ``term-eg`` (λ = 1), ``propfair-eg`` (M = 50, above every loss these runs reach), the EG
-rows of the poster's table; ``aaggff-s`` (Weibull response, the paper's defaults).
+Rules: ``fedavg``; ``qffl-eg`` (q = 1), ``term-eg`` (λ = 1), ``propfair-eg`` (M = 50, above
+every loss these runs reach), the EG rows of the poster's table; ``aaggff-s`` (Weibull response,
+the paper's defaults).
 
 Run: ``python validate/aaggff_cross_silo.py [--out DIR] [--draws N] [--rounds T]``; writes each
 draw's ``fairagg compare`` folder and ``DIR/table.{csv,txt}`` (default ``runs/aaggff_cross_silo``).
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         sel = [r for r in records if r["rule"] == rule]
         row = {"rule": rule}
         cells = [rule]
-        for key, head in COLUMNS:
+        for key, _ in COLUMNS:
             vals = np.array([float(r[key]) for r in sel])
             if key == "gini":
                 vals = 100.0 * vals
