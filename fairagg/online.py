@@ -123,7 +123,8 @@ def entropic_ftrl(grad_sum: Any, eta: float, prior: Any = None) -> np.ndarray:
 def _frechet(x: np.ndarray) -> np.ndarray:
     out = np.zeros_like(x)
     pos = x > 0
-    out[pos] = np.exp(-1.0 / x[pos])
+    with np.errstate(over="ignore"):  # 1/x overflows for x < ~5.6e-309: e^{-inf} = 0, the limit
+        out[pos] = np.exp(-1.0 / x[pos])
     return out
 
 
@@ -300,24 +301,30 @@ def best_fixed_decision(
         q = solve_simplex_qp(A, -grad - A @ p, x0=p).x  # argmax of the local model over Δ
         d = q - p
         slope = float(grad @ d)
+        # Near the optimum a Newton step changes f by less than f's own rounding error: accept
+        # any step that loses no more than that (Armijo up to round-off).
+        noise = 8.0 * np.finfo(np.float64).eps * max(1.0, abs(f))
         step = 1.0
         while True:
             cand = p + step * d
             fc = value(cand)
-            if fc >= f + 1e-4 * step * slope or step < 1e-12:
+            if fc >= f + 1e-4 * step * slope - noise or step < 1e-12:
                 break
             step *= 0.5
-        if fc < f:  # no progress possible at working precision
-            return BestFixedDecision(p, f, max(gap, 0.0), it)
+        if fc < f - noise:  # no progress possible at working precision
+            break
         p, f = cand, fc
     z = 1.0 + R @ p
     grad = (R / z[:, None]).sum(axis=0)
     gap = float(np.max(grad) - grad @ p)
-    if gap > t * max(1.0, abs(f)) * 1e3:
+    # Stalled at working precision: accept a gap within 1e3 of the target (it is reported, so the
+    # certificate stays honest); anything larger is a failure, never a silent answer.
+    if gap > 1e3 * t * max(1.0, abs(f)):
         raise RuntimeError(
-            f"best_fixed_decision did not converge: gap {gap:.3g} after {n_it} steps"
+            f"best_fixed_decision did not converge: gap {gap:.3g} after {it} steps "
+            "(raise max_iter or tol)"
         )
-    return BestFixedDecision(p, f, max(gap, 0.0), n_it)
+    return BestFixedDecision(p, f, max(gap, 0.0), it)
 
 
 def regret(decisions: Any, responses: Any, comparator: Any = None) -> float:

@@ -85,10 +85,15 @@ def simplex_points(draw, k: int, *, interior: bool = False) -> np.ndarray:
 def response_matrices(
     draw, *, min_t: int = 1, max_t: int = 30, max_k: int = 6, low: float = -0.5, high: float = 2.0
 ) -> np.ndarray:
-    """A (T, K) response sequence with entries in [low, high] (> −1, so the log loss is finite)."""
+    """A (T, K) response sequence with entries in [low, high] (> −1, so the log loss is finite).
+
+    No subnormals: they only test the FPU, and the conic solver behind the cvxpy oracle reports
+    such data as 'optimal_inaccurate'.
+    """
     t = draw(st.integers(min_t, max_t))
     k = draw(st.integers(1, max_k))
-    return draw(hnp.arrays(np.float64, (t, k), elements=st.floats(low, high), fill=st.nothing()))
+    elements = st.floats(low, high, allow_subnormal=False)
+    return draw(hnp.arrays(np.float64, (t, k), elements=elements, fill=st.nothing()))
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -370,17 +375,39 @@ def test_best_fixed_decision_hand_example():
     assert_close(best.value, 2 * math.log(1.5))
 
 
-# Response sequences on which best_fixed_decision raised "did not converge" (found while searching
-# adversarial sequences for Theorem 2): r_0 = ½ e_0, then e_0 and e_1 alternating. The maximiser is
-# interior and the problem well conditioned (the cvxpy oracle solves it at once).
+# Response sequences on which best_fixed_decision raised RuntimeError "did not converge" (gap
+# 1.9e-9 .. 5.7e-8 after 100 steps). The maximiser is interior and the problem well conditioned:
+# the cvxpy oracle solves each at once. Found while searching adversarial sequences for Theorem 2
+# (r_0 = ½ e_0, then e_0 and e_1 alternating) and by hypothesis (a 10 × 2 random sequence).
 def _half_then_alternating(T: int) -> np.ndarray:
     E = np.eye(2)
     return np.vstack([0.5 * E[0], E[(np.arange(1, T) + 1) % 2]])
 
 
-@pytest.mark.parametrize("T", [30, 79, 500])
-def test_best_fixed_decision_converges_on_alternating_vertex_sequences(T):
-    R = _half_then_alternating(T)
+NON_CONVERGING_RESPONSES = {
+    "alternating-30": _half_then_alternating(30),
+    "alternating-79": _half_then_alternating(79),
+    "alternating-500": _half_then_alternating(500),
+    "random-10x2": np.array(
+        [
+            [-1.7769795092568047e-01, 1.9726317470996384e00],
+            [-5.0e-01, 1.6588919807139113e-01],
+            [1.1920928960000001e-07, 7.5117232675601397e-01],
+            [0.0, 1.6169207299013322e00],
+            [6.8986464281845250e-01, 1.4978351431091967e00],
+            [1.5102069977874581e00, 0.0],
+            [0.0, 1.1790011549790049e00],
+            [0.0, 0.0],
+            [1.9999999999999998e00, -4.3191162234580815e-01],
+            [0.0, 1.9466920942363630e-01],
+        ]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NON_CONVERGING_RESPONSES))
+def test_best_fixed_decision_converges_on_well_conditioned_sequences(name):
+    R = NON_CONVERGING_RESPONSES[name]
     best = best_fixed_decision(R)
     ref = oracles.best_fixed_decision(R)
     np.testing.assert_allclose(best.value, ref.value, rtol=ORACLE_EXP_CONE)
@@ -467,17 +494,22 @@ def test_aaggff_s_regret_within_theorem1_on_adversarial_responses(K, T, lipschit
 
 
 @pytest.mark.parametrize(
-    ("K", "T", "lipschitz", "at_least"),
+    ("K", "T", "lipschitz", "family", "at_least"),
     [
-        # Observed ratios (regret / bound): 0.324, 0.333, 0.332.
-        (10, 1000, None, 0.3),
-        (10, 500, 1.0, 0.3),
-        (5, 300, None, 0.3),
+        # Observed ratios (regret / bound), in order: 0.759, 0.807, 0.679, 0.324, 0.333, 0.332.
+        # A hill-climbing search over [0, L]^K sequences from "constant" found at most 0.768
+        # (K = 10, T = 50) and 0.818 (K = 20, T = 100).
+        (10, 50, None, "constant", 0.7),
+        (20, 100, None, "constant", 0.75),
+        (10, 100, None, "rotate-then-constant", 0.6),
+        (10, 1000, None, "constant", 0.3),
+        (10, 500, 1.0, "constant", 0.3),
+        (5, 300, None, "constant", 0.3),
     ],
 )
-def test_aaggff_s_theorem1_is_non_vacuous_on_a_constant_dominant_client(K, T, lipschitz, at_least):
+def test_aaggff_s_theorem1_is_non_vacuous(K, T, lipschitz, family, at_least):
     L = 1.0 / K if lipschitz is None else lipschitz
-    ratio = aaggff_s_ratio(adversarial_sequences(K, T, L)["constant"], lipschitz)
+    ratio = aaggff_s_ratio(adversarial_sequences(K, T, L)[family], lipschitz)
     assert at_least < ratio <= 1.0
 
 
@@ -644,7 +676,7 @@ def test_dr_response_exact_expectation_paper_official_and_leave_one_out(K, r):
 
 
 @pytest.mark.parametrize("K", [3, 4, 5, 6])
-def test_dr_response_paper_is_biased_below_full_participation_and_official_more(K):
+def test_dr_response_paper_is_biased_below_full_participation_official_differently(K):
     # A non-constant r: the poster's E[ř] = r fails for every m < K by the closed-form bias; the
     # leave-one-out baseline is unbiased; the public code's estimator is biased differently.
     r = np.linspace(0.1, 0.9, K) ** 2
@@ -795,7 +827,7 @@ def test_aaggff_response_increases_with_own_loss(cdf, F, data):
 
 @pytest.mark.parametrize("F", [[1e10, 1e-300], [1.0, 5e-324], [2.0, 1e-309]])
 def test_frechet_response_of_a_negligible_loss_is_zero_without_warning(F):
-    # x = F_i / mean(F) is subnormal (or 0 < x < 1/max float): e^{−1/x} = 0, the limit at 0. Under
+    # 0 < x = F_i / mean(F) < 1/max float (≈ 5.6e-309): e^{−1/x} = 0, the limit at 0. Under
     # filterwarnings = error the overflow of 1/x must not surface as a RuntimeWarning.
     r = aaggff_response(F, cdf="frechet")
     assert r[1] == 0.0
@@ -859,9 +891,9 @@ P_OK = np.full((3, 2), 0.5)
         (lambda: regret([[0.7, 0.7], [0.5, 0.5], [0.5, 0.5]], R_OK), "decisions"),
         (lambda: regret([[1.5, -0.5], [0.5, 0.5], [0.5, 0.5]], R_OK), "decisions"),
         (lambda: cumulative_regret(P_OK, R_OK, [0.9, 0.9]), "comparator"),
-        (lambda: decision_loss([0.6, 0.6], [0.1, 0.1]), "p"),
-        (lambda: decision_gradient([-0.1, 1.1], [0.1, 0.1]), "p"),
-        (lambda: dr_gradient([0.6, 0.6], [0.1, 0.1], 0.1), "p"),
+        (lambda: decision_loss([0.6, 0.6], [0.1, 0.1]), "^p must"),
+        (lambda: decision_gradient([-0.1, 1.1], [0.1, 0.1]), "^p must"),
+        (lambda: dr_gradient([0.6, 0.6], [0.1, 0.1], 0.1), "^p must"),
         (lambda: quadratic_ftrl_update(quadratic_ftrl_init(2), [0.1, 0.1], [0.6, 0.6]), "decision"),
         (lambda: aaggff_response([1.0, -0.1]), "losses"),
         (lambda: aaggff_response([1.0, 2.0], cdf="cauchy"), "cdf"),

@@ -27,3 +27,12 @@ def test_readme_gives_the_ci_test_command():
     ci = (README.parent / ".ci" / "run").read_text()
     command = "pip install -e '.[test]' && python -m pytest"
     assert command in README.read_text() and command in ci
+
+
+def test_every_other_python_block_runs():
+    text = README.read_text()
+    quick = re.search(r"## Quick start\n\n```python\n(.*?)```", text, re.S).group(1)
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b != quick]
+    assert blocks, "the README has python examples besides the quick start"
+    for code in blocks:
+        exec(compile(code, str(README), "exec"), {})  # noqa: S102 - our own README
