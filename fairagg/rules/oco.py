@@ -157,11 +157,11 @@ def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
     return _eg_rule("term-eg", lambda F, n: eg_term_weights(F, n, lam), {"tilt": lam}, backend)
 
 
-def propfair_eg(*, M: float = 5.0, backend: str = "numpy") -> Rule:
+def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
     """PropFair's aggregation weights as an EG step: ∝ w_i/(M − F_i) (:func:`eg_propfair_weights`).
 
-    M must exceed every loss the rule sees (``ValueError`` otherwise); raise the default 5 for
-    losses that can exceed it.
+    M must exceed every loss the rule sees (``ValueError`` otherwise); raise the default 10 for
+    losses that can exceed it (10 is four times the loss of a uniform 10-class predictor).
     """
     Mv = check_real(M, "M", low=0.0, low_open=True)
     return _eg_rule("propfair-eg", lambda F, n: eg_propfair_weights(F, n, Mv), {"M": Mv}, backend)
