@@ -30,7 +30,11 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 def _describe(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return f"an array of dtype {x.dtype} and shape {x.shape}"
-    return f"{type(x).__name__} {x!r}" if np.ndim(x) == 0 else f"{type(x).__name__}"
+    try:
+        scalar = np.ndim(x) == 0
+    except ValueError:  # a ragged nested sequence
+        scalar = False
+    return f"{type(x).__name__} {x!r}" if scalar else f"{type(x).__name__}"
 
 
 def check_finite(a: np.ndarray, name: str) -> np.ndarray:

@@ -70,7 +70,9 @@ def project_simplex(y: Any, total: float = 1.0) -> np.ndarray:
     """
     v = as_float_array(y, "y", ndim=1, min_size=1)
     s = check_real(total, "total", low=0.0, low_open=True)
-    z = v.astype(np.float64) - np.max(v)
+    with np.errstate(over="ignore"):
+        # entries far below the maximum (beyond the float range) project to 0 whatever they are
+        z = np.maximum(v.astype(np.float64) - np.max(v), -1e300)
     u = np.sort(z)[::-1]
     css = np.cumsum(u) - s
     j = np.arange(1, u.size + 1)
@@ -122,6 +124,9 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
     K = y.shape[0]
     shift = np.max(y)  # translation invariance keeps the breakpoints small
     z = y - shift
+    for i in range(K):  # a range beyond the float range: such entries sit at their lower bound
+        if z[i] < -1e300:
+            z[i] = -1e300
     ev = np.empty(2 * K)
     kind = np.empty(2 * K, dtype=np.int64)  # i for "leaves the upper bound", K + i for "hits lo"
     ne = 0
@@ -158,9 +163,38 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
             n -= 1
     if np.isnan(tau):  # S(last breakpoint) = Σ lo > s: excluded by the caller's check
         tau = ev[order[ne - 1]]
+    # The running sums c may carry the rounding of far-away entries: recompute τ from the
+    # classification it gives (free, at lower, at upper) with fresh sums, so that Σx = s holds to
+    # the round-off of the entries that matter.
+    c = 0.0
+    n = 0
+    for i in range(K):
+        v = z[i] - tau
+        if v >= hi[i]:
+            c += hi[i]
+        elif v <= lo[i]:
+            c += lo[i]
+        else:
+            c += z[i]
+            n += 1
+    if n > 0:
+        tau = (c - s) / n
     x = np.empty(K)
     for i in range(K):
         x[i] = min(max(z[i] - tau, lo[i]), hi[i])
+    # Polish: τ carries the rounding of the shifted entries (~eps·|y|); hand the residual of
+    # Σx = s to the free entries, so the result lies on the set to the round-off of x itself.
+    for _ in range(2):
+        res = s - x.sum()
+        n = 0
+        for i in range(K):
+            if lo[i] < x[i] < hi[i]:
+                n += 1
+        if n == 0 or res == 0.0:
+            break
+        for i in range(K):
+            if lo[i] < x[i] < hi[i]:
+                x[i] = min(max(x[i] + res / n, lo[i]), hi[i])
     return x
 
 
@@ -436,7 +470,8 @@ def _kkt_residual(A, b, x, state, nu, lo, hi, total):  # pragma: no cover - comp
     """Largest KKT violation, relative to the scale of the gradient (and of ``total``)."""
     K = b.shape[0]
     g = A @ x + b
-    scale = max(np.max(np.abs(g)), abs(nu), np.max(np.abs(b)), 1e-300)
+    # the scale of the terms of g (not of g itself, which is round-off at a min-norm point 0)
+    scale = max(np.max(np.abs(A)) * np.max(np.abs(x)) + np.max(np.abs(b)), abs(nu), 1e-300)
     r = 0.0
     feas = abs(x.sum() - total) / total
     for i in range(K):
@@ -728,7 +763,8 @@ def log_normalize(log_weights: Any) -> np.ndarray:
     top = np.max(s)
     if top == -np.inf:
         raise ValueError("log_weights must hold at least one finite entry (all weights are zero)")
-    e = np.exp(s - top)
+    with np.errstate(over="ignore"):  # s − top below the float range: a zero weight
+        e = np.exp(s - top)
     return e / e.sum()
 
 
@@ -759,11 +795,9 @@ def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
         raise ValueError("r must not hold NaN or +inf (-inf is the limit of a zero weight)")
     if np.max(rv[pv > 0]) == -np.inf:
         raise ValueError("r must be finite somewhere on the support of p")
-    e = float(eta)
-    if not (e > 0):
-        raise ValueError(f"eta must be > 0; got {eta}")
-    if e == np.inf:
+    if isinstance(eta, (int, float, np.floating, np.integer)) and eta == np.inf:
         return pv.copy()
+    e = check_real(eta, "eta", low=0.0, low_open=True)
     supp = pv > 0
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         logp = np.log(pv)
