@@ -518,6 +518,23 @@ def _qp(A, b, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no
             except Exception:
                 return fail
         x = _box_project(x0, lo, hi, total)
+        # Entries within round-off of a bound (Σx0 off by an ulp lifts zeros to ~1e-16) are put
+        # on the bound and held, their mass moved to the largest free entry; otherwise each would
+        # start free and be dropped one iteration at a time.
+        eps_g = 1e-12 * total
+        moved = 0.0
+        top = -1
+        for i in range(K):
+            if lo[i] < x[i] <= lo[i] + eps_g:
+                moved += x[i] - lo[i]
+                x[i] = lo[i]
+            elif hi[i] - eps_g <= x[i] < hi[i]:
+                moved += x[i] - hi[i]
+                x[i] = hi[i]
+            elif lo[i] < x[i] < hi[i] and (top < 0 or x[i] > x[top]):
+                top = i
+        if top >= 0:
+            x[top] = min(max(x[top] + moved, lo[top]), hi[top])
         state = _start_state(x, lo, hi, A, b)
     elif warm == 0:
         # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
