@@ -90,7 +90,20 @@ def apply_weighted_update(
     return out
 
 
-def _average_rule(name: str, weights_of: Any, backend: str) -> Rule:
+def stateless_rule(
+    name: str,
+    weights_of: Any,
+    backend: str,
+    *,
+    needs: tuple[str, ...] = (),
+    hyperparams: dict[str, Any] | None = None,
+) -> Rule:
+    """A stateless rule θ^{t+1} = θ^t − Σ_k a_k δ_k with a_k = ``weights_of(reports)``.
+
+    Shared by every rule whose step is a weighted average of the round's updates (FedAvg, FairAvg,
+    the EG views of :mod:`fairagg.rules.oco`); ``needs`` names the report fields it reads and
+    ``info["weights"]`` holds a_k.
+    """
     check_backend(backend)
 
     def init(params: np.ndarray, num_clients: int) -> EmptyState:
@@ -99,13 +112,13 @@ def _average_rule(name: str, weights_of: Any, backend: str) -> Rule:
 
     def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
         theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta)
+        check_reports(reports, theta, needs=needs)
         a = weights_of(reports)
         return Aggregate(
             apply_weighted_update(theta, reports.deltas, a, backend=backend), state, {"weights": a}
         )
 
-    return Rule(name, init, step, {"backend": backend})
+    return Rule(name, init, step, {**(hyperparams or {}), "backend": backend})
 
 
 def fedavg(*, backend: str = "numpy") -> Rule:
@@ -114,7 +127,7 @@ def fedavg(*, backend: str = "numpy") -> Rule:
     See :func:`fedavg_weights` (FairAvg, eq. 4) and :func:`apply_weighted_update` (eq. 3).
     ``info["weights"]`` holds a_k.
     """
-    return _average_rule("fedavg", lambda r: fedavg_weights(r.num_samples), backend)
+    return stateless_rule("fedavg", lambda r: fedavg_weights(r.num_samples), backend)
 
 
 def fairavg(*, backend: str = "numpy") -> Rule:
@@ -123,4 +136,4 @@ def fairavg(*, backend: str = "numpy") -> Rule:
     See :func:`fairavg_weights` (FairAvg, eq. 5) and :func:`apply_weighted_update` (eq. 3).
     ``info["weights"]`` holds a_k.
     """
-    return _average_rule("fairavg", lambda r: fairavg_weights(r.deltas.shape[0]), backend)
+    return stateless_rule("fairavg", lambda r: fairavg_weights(r.deltas.shape[0]), backend)

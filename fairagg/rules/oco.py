@@ -27,10 +27,9 @@ from typing import Any
 import numpy as np
 
 from .._checks import as_float_array, check_real
-from ..kernels import check_backend
 from ..online import exponentiated_gradient
-from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
-from .fedavg import apply_weighted_update, fedavg_weights
+from ..types import Rule
+from .fedavg import fedavg_weights, stateless_rule
 
 __all__ = [
     "eg_fedavg_weights",
@@ -126,20 +125,7 @@ def eg_propfair_weights(losses: Any, num_samples: Any, M: float) -> np.ndarray:
 
 
 def _eg_rule(name: str, weights_of: Any, hyper: dict[str, Any], backend: str) -> Rule:
-    check_backend(backend)
-
-    def init(params: np.ndarray, num_clients: int) -> EmptyState:
-        del params, num_clients
-        return EmptyState()
-
-    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=("losses",))
-        p = weights_of(reports.losses, reports.num_samples)
-        out = apply_weighted_update(theta, reports.deltas, p, backend=backend)
-        return Aggregate(out, state, {"weights": p})
-
-    return Rule(name, init, step, {**hyper, "backend": backend})
+    return stateless_rule(name, weights_of, backend, needs=("losses",), hyperparams=hyper)
 
 
 def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
@@ -148,13 +134,17 @@ def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
     ``info["weights"]`` holds the weights over the selected clients.
     """
     qv = check_real(q, "q", low=0.0)
-    return _eg_rule("qffl-eg", lambda F, n: eg_qffl_weights(F, n, qv), {"q": qv}, backend)
+    return _eg_rule(
+        "qffl-eg", lambda r: eg_qffl_weights(r.losses, r.num_samples, qv), {"q": qv}, backend
+    )
 
 
 def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
     """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i) (:func:`eg_term_weights`)."""
     lam = check_real(tilt, "tilt")
-    return _eg_rule("term-eg", lambda F, n: eg_term_weights(F, n, lam), {"tilt": lam}, backend)
+    return _eg_rule(
+        "term-eg", lambda r: eg_term_weights(r.losses, r.num_samples, lam), {"tilt": lam}, backend
+    )
 
 
 def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
@@ -164,4 +154,9 @@ def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
     losses that can exceed it (10 is four times the loss of a uniform 10-class predictor).
     """
     Mv = check_real(M, "M", low=0.0, low_open=True)
-    return _eg_rule("propfair-eg", lambda F, n: eg_propfair_weights(F, n, Mv), {"M": Mv}, backend)
+    return _eg_rule(
+        "propfair-eg",
+        lambda r: eg_propfair_weights(r.losses, r.num_samples, Mv),
+        {"M": Mv},
+        backend,
+    )
