@@ -8,6 +8,7 @@ Kernels behind these checks assume validated input.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ def _describe(x: Any) -> str:
 
 def check_finite(a: np.ndarray, name: str) -> np.ndarray:
     """Raise ``ValueError`` if ``a`` holds NaN or infinity; return ``a``."""
-    if a.size and not np.all(np.isfinite(a)):
+    if a.size and not np.isfinite(a).all():
         n_nan = int(np.count_nonzero(np.isnan(a)))
         n_inf = int(np.count_nonzero(np.isinf(a)))
         raise ValueError(
@@ -160,10 +161,12 @@ def check_real(
     high_open: bool = False,
 ) -> float:
     """Validate a finite real scalar in an optional (half-)open interval; return it as float."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+    if type(x) is not float and (  # exact floats skip the (slow) ABC check
+        isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real)
+    ):
         raise TypeError(f"{name} must be a real number; got {_describe(x)}")
     v = float(x)
-    if not np.isfinite(v):
+    if not math.isfinite(v):
         raise ValueError(f"{name} must be finite; got {v}")
     if low is not None and (v < low or (low_open and v == low)):
         op = ">" if low_open else ">="

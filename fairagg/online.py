@@ -427,9 +427,9 @@ def quadratic_ftrl_problem(
     K = state.grad_sum.size
     A = bt * state.outer_sum
     if variant == "paper":
-        A[np.diag_indices(K)] += a
+        A.flat[:: K + 1] += a
         return A, state.grad_sum - bt * state.cross_sum
-    A[np.diag_indices(K)] += a * (1.0 + bt)
+    A.flat[:: K + 1] += a * (1.0 + bt)
     return A, state.grad_sum.copy()
 
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ._checks import as_float_array, check_int, check_real
+from ._checks import as_float_array, check_finite, check_int, check_real
 
 __all__ = [
     "MinNormResult",
@@ -286,65 +286,172 @@ def _tri_solve_upper_t(L, r):  # pragma: no cover - compiled
     return y
 
 
-@numba.njit(cache=True)
-def _kkt_solve(A, b, x, state, total, definite):  # pragma: no cover - compiled
-    """Minimise over the free set F with the working set held: return (F, x_F, ν, ok).
+# Reassociation only (no finite-math assumptions): lets the compiler vectorise the dot products
+# of the triangular solves; NaN and infinity keep their IEEE meaning.
+_REASSOC = {"reassoc", "nsz", "contract"}
 
-    Stationarity A_FF x_F + A_FW x_W + b_F = ν 1 with 1ᵀx_F = total − Σ x_W. For a positive
-    definite A (``definite``): Cholesky A_FF = LLᵀ, u = A_FF⁻¹(−b_F − A_FW x_W), v = A_FF⁻¹ 1,
-    ν = (s' − Σu)/Σv, x_F = u + ν v. Otherwise (a semidefinite Gram matrix) the bordered system
-    [A_FF 1; 1ᵀ 0] is solved by LU, and a solution with a large residual (a numerically singular
-    system) is reported as not ok.
+
+# LAPACK's dpotrf through the helper numba itself uses for np.linalg.cholesky (its signature:
+# kind, uplo, n, a, lda -> info). Calling it on our own buffer, with lda = K, factorises A_FF in
+# place: no copy in, no copy out, no zeroing of the unused triangle.
+_POTRF = numba.types.ExternalFunction(
+    "numba_xxpotrf",
+    numba.types.intc(
+        numba.types.char,
+        numba.types.char,
+        numba.types.intp,
+        numba.types.CPointer(numba.types.float64),
+        numba.types.intp,
+    ),
+)
+
+
+@numba.njit(cache=True)
+def _chol_free(A, free, nf, L):  # pragma: no cover - compiled
+    """L[:nf, :nf] ← the Cholesky factor of A_FF, F = free[:nf] in that order (LAPACK dpotrf).
+
+    Only the lower triangle of L[:nf, :nf] is the factor. Returns False if A_FF is not
+    positive definite.
+    """
+    K = L.shape[1]
+    for a in range(nf):
+        for c in range(a + 1):
+            L[a, c] = A[free[a], free[c]]
+    # The row-major lower triangle is LAPACK's column-major upper one: factorising "U" there
+    # (A_FF = UᵀU) leaves U's transpose, our L, in place.
+    info = _POTRF(ord("d"), ord("U"), nf, L.ctypes, K)
+    return info == 0
+
+
+@numba.njit(cache=True, fastmath=_REASSOC)
+def _chol_append(A, free, nf, L, j):  # pragma: no cover - compiled
+    """Extend the factor of A_FF by coordinate j, placed last: one triangular solve, O(nf²).
+
+    Returns False (factor unchanged) when the new pivot is not safely positive, i.e. A_FF+j is
+    numerically singular or indefinite; the caller then refactorises from scratch.
+    """
+    ss = 0.0
+    for a in range(nf):
+        acc = A[free[a], j]
+        for c in range(a):
+            acc -= L[a, c] * L[nf, c]
+        v = acc / L[a, a]
+        L[nf, a] = v
+        ss += v * v
+    d = A[j, j] - ss
+    if not d > 1e-10 * A[j, j]:
+        return False
+    L[nf, nf] = np.sqrt(d)
+    free[nf] = j
+    return True
+
+
+@numba.njit(cache=True)
+def _chol_delete(free, nf, L, p):  # pragma: no cover - compiled
+    """Drop position p from F and from the factor of A_FF: Givens rotations, O((nf − p)²).
+
+    Removing row p of L leaves rows p.. with one entry above the diagonal; rotating columns
+    (k, k+1) from the right (LQ Qᵀ Lᵀ = LLᵀ) zeroes it row by row.
+    """
+    for i in range(p, nf - 1):
+        free[i] = free[i + 1]
+        for c in range(i + 2):
+            L[i, c] = L[i + 1, c]
+    n = nf - 1
+    for k in range(p, n):
+        a = L[k, k]
+        e = L[k, k + 1]
+        r = np.hypot(a, e)
+        co = a / r
+        si = e / r
+        L[k, k] = r
+        L[k, k + 1] = 0.0
+        for i in range(k + 1, n):
+            u = L[i, k]
+            w = L[i, k + 1]
+            L[i, k] = co * u + si * w
+            L[i, k + 1] = co * w - si * u
+
+
+@numba.njit(cache=True, fastmath=_REASSOC)
+def _chol_kkt(A, b, x, state, free, nf, L, total):  # pragma: no cover - compiled
+    """Minimise over the free set F = free[:nf] with the working set held; return (x_F, ν).
+
+    Stationarity A_FF x_F + A_FW x_W + b_F = ν 1 with 1ᵀx_F = total − Σ x_W. With A_FF = LLᵀ:
+    u = A_FF⁻¹(r − c1), v = A_FF⁻¹ 1, ν' = (s' − Σu)/Σv, x_F = u + ν'v, ν = ν' − c, where
+    r = −b_F − A_FW x_W and c = mean(r). Adding c·1 to the right-hand side only shifts ν by c;
+    centring it keeps u small, so u + ν'v does not cancel (for A ≈ aI the error would otherwise
+    grow with |b| / a).
     """
     K = b.shape[0]
-    nf = 0
-    for j in range(K):
-        if state[j] == 0:
-            nf += 1
-    free = np.empty(nf, dtype=np.int64)
-    a = 0
+    held = np.empty(K - nf, dtype=np.int64)
+    h = 0
     fixed_sum = 0.0
     for j in range(K):
-        if state[j] == 0:
-            free[a] = j
-            a += 1
-        else:
+        if state[j] != 0:
+            held[h] = j
+            h += 1
             fixed_sum += x[j]
-    rhs = np.empty(nf)
-    M = np.empty((nf, nf))
+    u = np.empty(nf)
+    v = np.empty(nf)
+    c = 0.0
+    for a in range(nf):
+        i = free[a]
+        acc = b[i]
+        for q in range(h):
+            acc += A[i, held[q]] * x[held[q]]
+        u[a] = -acc
+        c += -acc
+    c /= nf
+    for a in range(nf):  # forward: L y = (r − c, 1)
+        acc_u = u[a] - c
+        acc_v = 1.0
+        for k in range(a):
+            acc_u -= L[a, k] * u[k]
+            acc_v -= L[a, k] * v[k]
+        u[a] = acc_u / L[a, a]
+        v[a] = acc_v / L[a, a]
+    for a in range(nf - 1, -1, -1):  # backward: Lᵀ z = y, a column of Lᵀ (row of L) at a time
+        u[a] /= L[a, a]
+        v[a] /= L[a, a]
+        ua = u[a]
+        va = v[a]
+        for k in range(a):
+            u[k] -= L[a, k] * ua
+            v[k] -= L[a, k] * va
+    nu = (total - fixed_sum - u.sum()) / v.sum()
+    return u + nu * v, nu - c
+
+
+@numba.njit(cache=True)
+def _bordered_kkt(A, b, x, state, free, nf, total):  # pragma: no cover - compiled
+    """The free-set minimiser of :func:`_chol_kkt` for a semidefinite A: the bordered system
+    [A_FF −1; 1ᵀ 0] solved by LU. Returns (x_F, ν, ok); a solution with a large residual (a
+    numerically singular system) is reported as not ok.
+    """
+    K = b.shape[0]
+    fixed_sum = 0.0
+    for j in range(K):
+        if state[j] != 0:
+            fixed_sum += x[j]
+    B = np.zeros((nf + 1, nf + 1))
+    r = np.empty(nf + 1)
     for a in range(nf):
         i = free[a]
         acc = b[i]
         for j in range(K):
             if state[j] != 0:
                 acc += A[i, j] * x[j]
-        rhs[a] = -acc
+        r[a] = -acc
         for c in range(nf):
-            M[a, c] = A[i, free[c]]
-    s = total - fixed_sum
-    if definite:
-        try:
-            L = np.linalg.cholesky(M)
-        except Exception:  # A_FF not positive definite
-            return free, rhs, 0.0, False
-        # Adding c·1 to the right-hand side only shifts ν by c; centring it keeps u small, so
-        # u + ν v does not cancel (for A ≈ aI the error would otherwise grow with |b| / a).
-        c = rhs.mean()
-        u = _tri_solve_upper_t(L, _tri_solve_lower(L, rhs - c))
-        v = _tri_solve_upper_t(L, _tri_solve_lower(L, np.ones(nf)))
-        nu = (s - u.sum()) / v.sum()
-        return free, u + nu * v, nu - c, True
-    B = np.zeros((nf + 1, nf + 1))
-    B[:nf, :nf] = M
-    B[:nf, nf] = -1.0
-    B[nf, :nf] = 1.0
-    r = np.empty(nf + 1)
-    r[:nf] = rhs
-    r[nf] = s
+            B[a, c] = A[i, free[c]]
+        B[a, nf] = -1.0
+        B[nf, a] = 1.0
+    r[nf] = total - fixed_sum
     try:
         sol = np.linalg.solve(B, r)
     except Exception:  # exactly singular
-        return free, rhs, 0.0, False
+        return r[:nf], 0.0, False
     res = 0.0
     scale = 0.0
     for a in range(nf + 1):
@@ -355,25 +462,50 @@ def _kkt_solve(A, b, x, state, total, definite):  # pragma: no cover - compiled
             scale = max(scale, abs(B[a, c] * sol[c]))
         res = max(res, abs(acc))
     if not (res <= 1e-9 * scale):  # also catches NaN
-        return free, rhs, 0.0, False
-    return free, sol[:nf], sol[nf], True
+        return r[:nf], 0.0, False
+    return sol[:nf], sol[nf], True
 
 
-@numba.njit(cache=True)
+# Refactorise A_FF from scratch after this many rank-one updates of its Cholesky factor (keeps
+# the round-off of the updated factor at the level of a fresh one; each update costs O(K²)).
+_REFACTOR_EVERY = 64
+
+
+@numba.njit(cache=True, fastmath=_REASSOC)
 def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # pragma: no cover
     """Primal active-set method (Nocedal & Wright, Alg. 16.3) on a box-simplex.
 
     ``x`` is feasible and consistent with ``state`` (0 free, 1 at lower, 2 at upper) with at least
-    one free coordinate. Returns (x, state, ν, iterations, status): status 0 converged, 1
-    iteration limit, 2 the free-set system failed with nothing to drop.
+    one free coordinate. For a positive definite A (``definite``) the Cholesky factor of A_FF is
+    computed once and then updated as coordinates join (a triangular solve) or leave (Givens
+    rotations) the free set, O(K²) per iteration; otherwise each free-set system is solved by LU.
+    Returns (x, state, ν, iterations, status): status 0 converged, 1 iteration limit, 2 the
+    free-set system failed with nothing to drop.
     """
     K = b.shape[0]
     tabu = np.zeros(K, dtype=np.bool_)
     last_freed = -1
     nu = 0.0
+    free = np.empty(K, dtype=np.int64)
+    nf = 0
+    for j in range(K):
+        if state[j] == 0:
+            free[nf] = j
+            nf += 1
+    L = np.empty((K, K)) if definite else np.empty((0, 0))
+    refactor = True
+    updates = 0
     for it in range(1, max_iter + 1):
-        free, sol, nu_f, ok = _kkt_solve(A, b, x, state, total, definite)
-        nf = free.shape[0]
+        if definite:
+            ok = True
+            if refactor or updates >= _REFACTOR_EVERY:
+                ok = _chol_free(A, free, nf, L)
+                refactor = False
+                updates = 0
+            if ok:
+                sol, nu_f = _chol_kkt(A, b, x, state, free, nf, L, total)
+        else:
+            sol, nu_f, ok = _bordered_kkt(A, b, x, state, free, nf, total)
         if not ok:
             # Degenerate free set (semidefinite A): the coordinate freed last is affinely
             # dependent on the others to working precision, so it cannot lower the objective.
@@ -384,10 +516,16 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
             x[j] = lo[j] if state[j] == 1 else hi[j]
             tabu[j] = True
             last_freed = -1
+            for a in range(nf):  # it was appended last
+                if free[a] == j:
+                    free[a] = free[nf - 1]
+            nf -= 1
+            refactor = True
             continue
         nu = nu_f
         alpha = 1.0
         block = -1
+        block_at = -1
         block_to = 0
         if nf > 1:  # with one free coordinate the equality fixes it: no step to limit
             for a in range(nf):
@@ -396,11 +534,11 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
                 if d < 0.0:
                     r = (lo[i] - x[i]) / d
                     if r < alpha:
-                        alpha, block, block_to = r, i, 1
+                        alpha, block, block_at, block_to = r, i, a, 1
                 elif d > 0.0 and hi[i] < np.inf:
                     r = (hi[i] - x[i]) / d
                     if r < alpha:
-                        alpha, block, block_to = r, i, 2
+                        alpha, block, block_at, block_to = r, i, a, 2
         if block >= 0:
             if alpha < 0.0:
                 alpha = 0.0
@@ -409,6 +547,13 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
                 x[i] += alpha * (sol[a] - x[i])
             state[block] = block_to
             x[block] = lo[block] if block_to == 1 else hi[block]
+            if definite and not refactor:
+                _chol_delete(free, nf, L, block_at)
+                updates += 1
+            else:
+                for a in range(block_at, nf - 1):
+                    free[a] = free[a + 1]
+            nf -= 1
             if alpha > 0.0:
                 tabu[:] = False
             elif block == last_freed:
@@ -434,6 +579,12 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
             return x, state, nu, it, 0
         state[enter] = 0
         last_freed = enter
+        if definite and not refactor and _chol_append(A, free, nf, L, enter):
+            updates += 1
+        else:
+            free[nf] = enter
+            refactor = True
+        nf += 1
     return x, state, nu, max_iter, 1
 
 
@@ -466,12 +617,15 @@ def _start_state(x, lo, hi, A, b):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _kkt_residual(A, b, x, state, nu, lo, hi, total):  # pragma: no cover - compiled
-    """Largest KKT violation, relative to the scale of the gradient (and of ``total``)."""
+def _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale):  # pragma: no cover - compiled
+    """Largest KKT violation, relative to the scale of the gradient (and of ``total``).
+
+    ``gscale`` = max|A| max|x| + max|b|, the scale of the terms of g = Ax + b (not of g itself,
+    which is round-off at a min-norm point 0).
+    """
     K = b.shape[0]
     g = A @ x + b
-    # the scale of the terms of g (not of g itself, which is round-off at a min-norm point 0)
-    scale = max(np.max(np.abs(A)) * np.max(np.abs(x)) + np.max(np.abs(b)), abs(nu), 1e-300)
+    scale = max(gscale, abs(nu), 1e-300)
     r = 0.0
     feas = abs(x.sum() - total) / total
     for i in range(K):
@@ -487,37 +641,97 @@ def _kkt_residual(A, b, x, state, nu, lo, hi, total):  # pragma: no cover - comp
 
 @numba.njit(cache=True)
 def _symmetrize(A):  # pragma: no cover - compiled
-    """(A + Aᵀ)/2, max |A − Aᵀ| and max |A| in one pass."""
+    """(A + Aᵀ)/2, max |A − Aᵀ|, max |A| and whether A is finite, in one compiled call.
+
+    An exactly symmetric A (the usual case) is returned as it is, not copied.
+    """
     K = A.shape[0]
+    unequal = 0
+    for i in range(K):  # a branch-free count: this runs on every matrix the QP sees
+        for j in range(i):
+            unequal += A[i, j] != A[j, i]  # NaN != NaN: a NaN takes the full pass below
+    if unequal == 0:
+        return A, 0.0, _absmax(A), _all_finite(A)
+    finite = True
     S = np.empty((K, K))
     asym = 0.0
-    amax = 0.0
     for i in range(K):
-        for j in range(K):
-            S[i, j] = 0.5 * (A[i, j] + A[j, i])
-            asym = max(asym, abs(A[i, j] - A[j, i]))
-            amax = max(amax, abs(A[i, j]))
-    return S, asym, amax
+        for j in range(i + 1):
+            u = A[i, j]
+            w = A[j, i]
+            finite = finite and abs(u) < np.inf and abs(w) < np.inf
+            m = 0.5 * (u + w)
+            S[i, j] = m
+            S[j, i] = m
+            asym = max(asym, abs(u - w))
+    return S, asym, _absmax(A), finite
+
+
+@numba.njit(cache=True, fastmath={"reassoc"})
+def _all_finite(v):  # pragma: no cover - compiled
+    """Whether every entry of a contiguous array is finite: Σ v·0 is 0, or NaN if one is not.
+
+    Reassociation (no finite-math flags, so v·0 is not folded to 0) lets the sum vectorise.
+    """
+    f = v.ravel()
+    s = 0.0
+    for i in range(f.size):
+        s += f[i] * 0.0
+    return s == 0.0
 
 
 @numba.njit(cache=True)
-def _qp(A, b, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no cover
+def _absmax(v):  # pragma: no cover - compiled
+    """max |v| over a contiguous array (0 if empty); NaN entries are skipped.
+
+    Four independent running maxima: a single one is a loop-carried compare chain that the
+    compiler cannot vectorise, and this runs on every K×K matrix the QP sees.
+    """
+    f = v.ravel()
+    n = f.size
+    m0 = m1 = m2 = m3 = 0.0
+    i = 0
+    while i + 4 <= n:
+        a0 = abs(f[i])
+        a1 = abs(f[i + 1])
+        a2 = abs(f[i + 2])
+        a3 = abs(f[i + 3])
+        m0 = a0 if a0 > m0 else m0
+        m1 = a1 if a1 > m1 else m1
+        m2 = a2 if a2 > m2 else m2
+        m3 = a3 if a3 > m3 else m3
+        i += 4
+    while i < n:
+        a0 = abs(f[i])
+        m0 = a0 if a0 > m0 else m0
+        i += 1
+    return max(max(m0, m1), max(m2, m3))
+
+
+@numba.njit(cache=True)
+def _qp(A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no cover
     """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
 
-    ``warm``: 0 cold start, 1 project ``x0`` and start there, 2 ``x0`` is already feasible.
-    ``check``: prove A positive definite on a warm start (a cold start always does).
-    Returns (x, state, ν, iterations, status, kkt_residual); status 3 means A is not positive
-    definite.
+    ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0`` and
+    start there, 2 ``x0`` is already feasible. ``check``: prove A positive definite on a warm
+    start (a cold start always does). Returns (x, state, ν, iterations, status, kkt_residual);
+    status 3 means A is not positive definite.
     """
     K = b.shape[0]
     fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf)
     if warm == 1:
-        if check:
-            try:
-                np.linalg.cholesky(A)
-            except Exception:
-                return fail
-        x = _box_project(x0, lo, hi, total)
+        if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
+            return fail
+        # a start already in the box-simplex (the previous round's decision) is kept as it is
+        inside = True
+        s0 = 0.0
+        for i in range(K):
+            inside = inside and lo[i] <= x0[i] <= hi[i]
+            s0 += x0[i]
+        if inside and abs(s0 - total) <= 4.0 * K * 2.220446049250313e-16 * total:
+            x = x0.copy()
+        else:
+            x = _box_project(x0, lo, hi, total)
         # Entries within round-off of a bound (Σx0 off by an ulp lifts zeros to ~1e-16) are put
         # on the bound and held, their mass moved to the largest free entry; otherwise each would
         # start free and be dropped one iteration at a time.
@@ -539,30 +753,37 @@ def _qp(A, b, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no
     elif warm == 0:
         # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
         # whole of A is the positive-definiteness check), projected onto the box-simplex
-        free, sol, nu, ok = _kkt_solve(A, b, x0, np.zeros(K, dtype=np.int64), total, True)
-        if not ok:
+        everything = np.arange(K)
+        L = np.empty((K, K))
+        if not _chol_free(A, everything, K, L):
             return fail
+        sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), everything, K, L, total)
         x = _box_project(sol, lo, hi, total)
         state = _start_state(x, lo, hi, A, b)
     else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
         x = x0.copy()
         state = _start_state(x, lo, hi, A, b)
-    gscale = np.max(np.abs(A)) * np.max(np.abs(x)) + np.max(np.abs(b))
+    bmax = _absmax(b)
+    gscale = amax * _absmax(x) + bmax
     tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
     x, state, nu, its, status = _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite)
-    return x, state, nu, its, status, _kkt_residual(A, b, x, state, nu, lo, hi, total)
+    gscale = amax * _absmax(x) + bmax
+    return x, state, nu, its, status, _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
 
 
-def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray]:
-    Am = as_float_array(A, name_a, ndim=2, dtype=np.float64, allow_int=True)
+def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray, float]:
+    """Validated (A symmetrised, b, max |A|); A's finiteness is checked in the symmetry pass."""
+    Am = as_float_array(A, name_a, ndim=2, dtype=np.float64, allow_int=True, finite=False)
     bv = as_float_array(b, "b", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
     K = bv.size
     if Am.shape != (K, K):
         raise ValueError(f"{name_a} must have shape ({K}, {K}) to match b; got {Am.shape}")
-    S, asym, amax = _symmetrize(Am)
+    S, asym, amax, finite = _symmetrize(Am)
+    if not finite:
+        check_finite(Am, name_a)
     if asym > 1e-10 * max(amax, 1e-300):
         raise ValueError(f"{name_a} must be symmetric; max |{name_a} - {name_a}.T| = {asym:.3g}")
-    return S, bv
+    return S, bv, amax
 
 
 def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
@@ -631,7 +852,7 @@ def solve_simplex_qp(
     -------
     QPResult
     """
-    Am, bv = _check_qp(A, b)
+    Am, bv, amax = _check_qp(A, b)
     K = bv.size
     s = check_real(total, "total", low=0.0, low_open=True)
     lo, hi = check_box(lower, upper, K, s)
@@ -640,7 +861,7 @@ def solve_simplex_qp(
         start, warm = np.zeros(K), 0
     else:
         start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
-    return _result(_qp(Am, bv, lo, hi, s, start, warm, True, bool(check_definite), it), it)
+    return _result(_qp(Am, bv, amax, lo, hi, s, start, warm, True, bool(check_definite), it), it)
 
 
 def a_norm_projection(
@@ -651,7 +872,7 @@ def a_norm_projection(
     The QP of :func:`solve_simplex_qp` with b = −Ay; A symmetric positive definite.
     """
     yv = as_float_array(y, "y", ndim=1, dtype=np.float64, min_size=1)
-    Am, _ = _check_qp(A, yv)
+    Am, _, _ = _check_qp(A, yv)
     return solve_simplex_qp(Am, -(Am @ yv), lower=lower, upper=upper, total=total, x0=yv)
 
 
@@ -728,14 +949,14 @@ def min_norm_weights(
         ``x`` holds λ; the objective value is xᵀGx.
     """
     G0 = as_float_array(gram, "gram", ndim=2, dtype=np.float64, allow_int=True, min_size=1)
-    G, _ = _check_qp(G0, np.zeros(G0.shape[0]), "gram")
+    G, _, gmax = _check_qp(G0, np.zeros(G0.shape[0]), "gram")
     m = G.shape[0]
     if np.any(np.diag(G) < 0):
         raise ValueError("gram must be positive semidefinite; it has a negative diagonal entry")
     lo, hi = check_box(lower, upper, m, 1.0)
     it = 20 * m + 100 if max_iter is None else check_int(max_iter, "max_iter", low=1)
     x = _greedy_vertex(G, lo, hi, 1.0)
-    return _result(_qp(G, np.zeros(m), lo, hi, 1.0, x, 2, False, False, it), it, "gram")
+    return _result(_qp(G, np.zeros(m), gmax, lo, hi, 1.0, x, 2, False, False, it), it, "gram")
 
 
 def min_norm_point(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fairagg import oracles
+from fairagg import simplex as simplex_mod
 from fairagg.simplex import (
     MinNormResult,
     QPResult,
@@ -591,6 +592,96 @@ def test_qp_max_iter_exceeded_raises_runtime_error():
 
 
 # --------------------------------------------------------------------------------------------
+# The active-set method's Cholesky factor of A_FF, updated as F changes
+# --------------------------------------------------------------------------------------------
+
+
+def fresh_factor(A, free):
+    return np.linalg.cholesky(A[np.ix_(free, free)])
+
+
+@given(
+    A=st.integers(2, MAX_CLIENTS).flatmap(lambda k: spd_matrices(k, max_log_cond=4.0)),
+    data=st.data(),
+)
+def test_cholesky_updates_equal_a_fresh_factorisation(A, data):
+    # Starting from a factor of A_FF for a random F, a random sequence of coordinates leaving F
+    # (Givens rotations) and joining it (one triangular solve) keeps L = chol(A_FF) for the
+    # current order of F: the same matrix a fresh factorisation gives, to round-off.
+    k = A.shape[0]
+    order = data.draw(st.permutations(range(k)))
+    nf = data.draw(st.integers(1, k))
+    free = np.empty(k, dtype=np.int64)
+    free[:nf] = order[:nf]
+    L = np.full((k, k), np.nan)  # the solver's buffer is np.empty: nothing unset may be read
+    assert simplex_mod._chol_free(A, free, nf, L)
+    scale = np.linalg.cond(A) * k * EPS * 64
+    for _ in range(data.draw(st.integers(1, 3 * k))):
+        outside = [j for j in range(k) if j not in free[:nf]]
+        if outside and (nf == 1 or data.draw(st.booleans())):
+            j = data.draw(st.sampled_from(outside))
+            assert simplex_mod._chol_append(A, free, nf, L, j)
+            nf += 1
+        else:
+            simplex_mod._chol_delete(free, nf, L, data.draw(st.integers(0, nf - 1)))
+            nf -= 1
+        want = fresh_factor(A, free[:nf])
+        got = np.tril(L[:nf, :nf])
+        assert np.max(np.abs(got - want)) <= scale * np.max(np.abs(want))
+
+
+def test_cholesky_factor_of_a_hand_matrix():
+    A = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 2.0]])
+    free = np.array([2, 0, 1])
+    L = np.full((3, 3), np.nan)
+    assert simplex_mod._chol_free(A, free, 2, L)  # F = (2, 0): A_FF = [[2, 0], [0, 4]]
+    assert_close(np.tril(L[:2, :2]), [[np.sqrt(2.0), 0.0], [0.0, 2.0]])
+    assert simplex_mod._chol_append(A, free, 2, L, 1)  # row (1/√2, 1, √(5 − 1/2 − 1))
+    assert_close(np.tril(L), [[np.sqrt(2), 0, 0], [0, 2, 0], [1 / np.sqrt(2), 1, np.sqrt(3.5)]])
+    simplex_mod._chol_delete(free, 3, L, 0)  # F = (0, 1): chol([[4, 2], [2, 5]]) = [[2, 0], [1, 2]]
+    assert list(free[:2]) == [0, 1]
+    assert_close(np.tril(L[:2, :2]), [[2.0, 0.0], [1.0, 2.0]])
+
+
+def test_cholesky_of_a_matrix_that_is_not_positive_definite_fails():
+    A = np.diag([1.0, -1.0, 2.0])
+    L = np.empty((3, 3))
+    assert not simplex_mod._chol_free(A, np.arange(3), 3, L)
+    assert simplex_mod._chol_free(A, np.array([0, 2, 1]), 2, L)
+    assert not simplex_mod._chol_append(A, np.array([0, 2, 1]), 2, L, 1)  # pivot −1
+
+
+def test_qp_with_more_working_set_changes_than_the_refactorisation_period():
+    # From the uniform point every coordinate starts free and all but a few must leave, one per
+    # iteration: far more factor updates than _REFACTOR_EVERY, so the solver refactorises A_FF
+    # from scratch along the way. It must still land on the cold start's (and cvxpy's) answer.
+    k = 3 * simplex_mod._REFACTOR_EVERY
+    rng = np.random.default_rng(5)
+    G = rng.standard_normal((k, 4))
+    A, b = np.eye(k) + 0.1 * G @ G.T, 3.0 * rng.standard_normal(k)
+    warm = solve_simplex_qp(A, b, x0=np.full(k, 1.0 / k))
+    cold = solve_simplex_qp(A, b)
+    assert warm.iterations > 2 * simplex_mod._REFACTOR_EVERY
+    assert_close(warm.x, cold.x, scale=1e2)
+    assert warm.kkt_residual <= 1e-13
+    ref = oracle(oracles.simplex_qp, A, b, agrees=close_to(warm.x, ORACLE_QP))
+    np.testing.assert_allclose(warm.x, ref.x, rtol=0, atol=ORACLE_QP)
+
+
+def test_qp_symmetrises_a_nearly_symmetric_matrix():
+    # An exactly symmetric A is used as it is; an asymmetry at round-off level is removed by
+    # (A + Aᵀ)/2, so A and its symmetrised version give the same answer.
+    rng = np.random.default_rng(3)
+    G = rng.standard_normal((6, 6))
+    S = G @ G.T + np.eye(6)
+    b = rng.standard_normal(6)
+    E = 1e-13 * np.triu(rng.standard_normal((6, 6)), 1)
+    np.testing.assert_array_equal(
+        solve_simplex_qp(S + E, b).x, solve_simplex_qp(S + 0.5 * (E + E.T), b).x
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Min-norm points
 # --------------------------------------------------------------------------------------------
 
@@ -924,6 +1015,22 @@ BAD_INPUT = {
     ),
     "qp A NaN": (
         lambda: solve_simplex_qp(np.where(I3 == 1, np.nan, 0.0), Z3),
+        ValueError,
+        "A must be finite",
+    ),
+    # infinities: symmetric (the exactly symmetric path) and on one side only (the other path)
+    "qp A inf pair": (
+        lambda: solve_simplex_qp(np.where(I3 == 1, 1.0, np.inf), Z3),
+        ValueError,
+        "A must be finite",
+    ),
+    "qp A inf diagonal": (
+        lambda: solve_simplex_qp(np.where(I3 == 1, np.inf, 0.0), Z3),
+        ValueError,
+        "A must be finite",
+    ),
+    "qp A -inf one side": (
+        lambda: solve_simplex_qp(np.where(np.triu(1 - I3) == 1, -np.inf, I3), Z3),
         ValueError,
         "A must be finite",
     ),

@@ -13,6 +13,26 @@ import numpy as np
 from numba import njit, prange
 
 
+def _block_samples(
+    fns: dict[str, Callable[[], object]], repeats: int, block: int, settle: float
+) -> dict[str, list[list[float]]]:
+    """Wall times: per callable, ``repeats`` interleaved rounds of ``block`` consecutive calls."""
+    times: dict[str, list[list[float]]] = {k: [] for k in fns}
+    for fn in fns.values():  # warm-up (compilation, page faults)
+        fn()
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            if settle:
+                time.sleep(settle)
+            run = []
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                run.append(time.perf_counter() - t0)
+            times[key].append(run)
+    return times
+
+
 def median_time(
     fns: dict[str, Callable[[], object]], repeats: int, block: int = 1, settle: float = 0.0
 ) -> dict[str, float]:
@@ -24,18 +44,23 @@ def median_time(
     discards it. ``settle`` seconds of sleep before each switch let idle pool threads stop
     spinning (OpenBLAS's keep spinning for a while after a call and steal cores from Numba's).
     """
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():  # warm-up (compilation, page faults)
-        fn()
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            if settle:
-                time.sleep(settle)
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[key].append(time.perf_counter() - t0)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    times = _block_samples(fns, repeats, block, settle)
+    return {k: float(np.median(np.concatenate(v))) for k, v in times.items()}
+
+
+def first_and_steady_time(
+    fns: dict[str, Callable[[], object]], repeats: int, block: int
+) -> dict[str, tuple[float, float]]:
+    """(first, steady) per callable, from interleaved rounds of ``block`` ≥ 2 consecutive calls:
+    the median of each round's first call (caches and branch predictors left cold by the other
+    callables) and the median of the other calls (steady state)."""
+    if block < 2:
+        raise ValueError(f"block must be >= 2; got {block}")
+    times = _block_samples(fns, repeats, block, 0.0)
+    return {
+        k: (float(np.median([r[0] for r in v])), float(np.median([r[1:] for r in v])))
+        for k, v in times.items()
+    }
 
 
 @contextlib.contextmanager
