@@ -31,11 +31,21 @@ import numpy as np
 from scipy.special import ndtr
 
 from ._checks import as_float_array, as_int_array, check_choice, check_int, check_real
-from .simplex import QPResult, check_simplex_point, kl_step, log_normalize, solve_simplex_qp
+from .simplex import (
+    QPFactor,
+    QPResult,
+    _factor_rank_one,
+    _solve_simplex_qp,
+    check_simplex_point,
+    kl_step,
+    log_normalize,
+    solve_simplex_qp,
+)
 
 __all__ = [
     "RESPONSE_CDFS",
     "BestFixedDecision",
+    "FTRLRound",
     "QuadraticFTRL",
     "aaggff_d_decision",
     "aaggff_response",
@@ -52,6 +62,7 @@ __all__ = [
     "play_aaggff_s",
     "quadratic_ftrl_init",
     "quadratic_ftrl_problem",
+    "quadratic_ftrl_round",
     "quadratic_ftrl_step",
     "quadratic_ftrl_update",
     "regret",
@@ -399,16 +410,24 @@ def quadratic_ftrl_init(num_clients: int) -> QuadraticFTRL:
 
 def quadratic_ftrl_update(state: QuadraticFTRL, grad: Any, decision: Any) -> QuadraticFTRL:
     """Add round t's gradient g_t and played decision p_t to the sums (returns a new state)."""
+    g, p = _check_round(state, grad, decision)
+    return _add_round(state, g, p)
+
+
+def _check_round(state: QuadraticFTRL, grad: Any, decision: Any) -> tuple[np.ndarray, np.ndarray]:
     K = state.grad_sum.size
     g = as_float_array(grad, "grad", shape=(K,), dtype=np.float64, allow_int=True)
     p = check_simplex_point(decision, "decision")
     if p.size != K:
         raise ValueError(f"decision must have shape ({K},); got {p.shape}")
+    return g, p
+
+
+def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
+    outer = np.outer(g, g)
+    outer += state.outer_sum
     return QuadraticFTRL(
-        state.grad_sum + g,
-        state.outer_sum + np.outer(g, g),
-        state.cross_sum + g * float(g @ p),
-        state.rounds + 1,
+        state.grad_sum + g, outer, state.cross_sum + g * float(g @ p), state.rounds + 1
     )
 
 
@@ -448,6 +467,47 @@ def quadratic_ftrl_step(
     """
     A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
     return solve_simplex_qp(A, b, x0=x0, check_definite=False)
+
+
+class FTRLRound(NamedTuple):
+    """One AAgFF-S round: the new sums, the QP solution (``result.x`` = p^{t+1}) and the Cholesky
+    factor to hand to the next round (opaque)."""
+
+    state: QuadraticFTRL
+    result: QPResult
+    factor: QPFactor
+
+
+def quadratic_ftrl_round(
+    state: QuadraticFTRL,
+    grad: Any,
+    decision: Any,
+    alpha: float,
+    beta: float,
+    variant: str = "paper",
+    factor: QPFactor | None = None,
+) -> FTRLRound:
+    """One round of AAgFF-S: :func:`quadratic_ftrl_update` with (g_t, p_t), then
+    :func:`quadratic_ftrl_step` warm-started at p_t, the decision just played.
+
+    ``factor``, the one the previous round returned, lets the solver begin from its Cholesky
+    factor of the free block updated by β g_tgₜᵀ (A grows by exactly that, in both variants), O(K²),
+    instead of factorising afresh, O(K³); the active set usually changes by a coordinate or two
+    between rounds. A factor of another (α, β, variant, t) is ignored, as is None (the first
+    round). The answer is the same exact minimiser either way (to round-off), and the function is
+    pure: ``factor`` is copied, not modified.
+    """
+    g, p = _check_round(state, grad, decision)
+    new_state = _add_round(state, g, p)
+    a = check_real(alpha, "alpha", low=0.0, low_open=True)
+    bt = check_real(beta, "beta", low=0.0)
+    A, b = quadratic_ftrl_problem(new_state, a, bt, variant)
+    key = (a, bt, variant, new_state.rounds)
+    start = None
+    if isinstance(factor, QPFactor) and factor.key == (a, bt, variant, state.rounds):
+        start = _factor_rank_one(factor, math.sqrt(bt) * g, key)
+    res, end = _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, p, None, False, start)
+    return FTRLRound(new_state, res, end._replace(key=key))
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,11 +648,12 @@ def play_aaggff_s(
     state = quadratic_ftrl_init(K)
     p = np.full(K, 1.0 / K)
     out = np.empty((T, K))
+    factor = None
     for t in range(T):
         out[t] = p
         g = -R[t] / (1.0 + p @ R[t])
-        state = quadratic_ftrl_update(state, g, p)
-        p = quadratic_ftrl_step(state, a, bt, variant, x0=p).x
+        state, res, factor = quadratic_ftrl_round(state, g, p, a, bt, variant, factor)
+        p = res.x
     return out
 
 

@@ -26,6 +26,7 @@ from ._checks import as_float_array, check_finite, check_int, check_real
 
 __all__ = [
     "MinNormResult",
+    "QPFactor",
     "QPResult",
     "a_norm_projection",
     "check_box",
@@ -233,6 +234,9 @@ def project_box_simplex(
 # --------------------------------------------------------------------------------------------
 
 
+_NO_L = np.empty((0, 0))  # the semidefinite path keeps no Cholesky factor
+
+
 class QPResult(NamedTuple):
     """Solution of min ½xᵀAx + bᵀx over a box-simplex.
 
@@ -373,6 +377,23 @@ def _chol_delete(free, nf, L, p):  # pragma: no cover - compiled
             L[i, k + 1] = co * w - si * u
 
 
+@numba.njit(cache=True)
+def _chol_rank_one(L, nf, w):  # pragma: no cover - compiled
+    """L ← the factor of LLᵀ + wwᵀ (w of length nf, overwritten): O(nf²) rotations, stable
+    (the update is positive, so no pivot can vanish)."""
+    for k in range(nf):
+        lkk = L[k, k]
+        r = np.hypot(lkk, w[k])
+        c = r / lkk
+        s = w[k] / lkk
+        inv_c = lkk / r
+        L[k, k] = r
+        for i in range(k + 1, nf):
+            lik = (L[i, k] + s * w[i]) * inv_c
+            w[i] = c * w[i] - s * lik
+            L[i, k] = lik
+
+
 @numba.njit(cache=True, fastmath=_REASSOC)
 def _chol_kkt(A, b, x, state, free, nf, L, total):  # pragma: no cover - compiled
     """Minimise over the free set F = free[:nf] with the working set held; return (x_F, ν).
@@ -472,29 +493,43 @@ _REFACTOR_EVERY = 64
 
 
 @numba.njit(cache=True, fastmath=_REASSOC)
-def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # pragma: no cover
+def _active_set(  # pragma: no cover - compiled
+    A, b, lo, hi, total, x, state, max_iter, tol, definite, L, free, nf0, age0
+):
     """Primal active-set method (Nocedal & Wright, Alg. 16.3) on a box-simplex.
 
     ``x`` is feasible and consistent with ``state`` (0 free, 1 at lower, 2 at upper) with at least
     one free coordinate. For a positive definite A (``definite``) the Cholesky factor of A_FF is
     computed once and then updated as coordinates join (a triangular solve) or leave (Givens
     rotations) the free set, O(K²) per iteration; otherwise each free-set system is solved by LU.
-    Returns (x, state, ν, iterations, status): status 0 converged, 1 iteration limit, 2 the
-    free-set system failed with nothing to drop.
+
+    ``L`` (K, K) and ``free`` (K,) are the caller's buffers for the factor and the order of F. If
+    ``nf0`` ≥ 0 they already hold the factor of A_FF for F = free[:nf0], ``age0`` updates old; it is
+    used when F is the start's free set (a warm start from the previous solution), and refactorised
+    otherwise. On return they hold the final free set's factor.
+    Returns (x, state, ν, iterations, status, nf, age): status 0 converged, 1 iteration limit, 2
+    the free-set system failed with nothing to drop; nf = |F| and age = updates since the last
+    factorisation (nf = −1: no valid factor).
     """
     K = b.shape[0]
     tabu = np.zeros(K, dtype=np.bool_)
     last_freed = -1
     nu = 0.0
-    free = np.empty(K, dtype=np.int64)
     nf = 0
     for j in range(K):
         if state[j] == 0:
-            free[nf] = j
             nf += 1
-    L = np.empty((K, K)) if definite else np.empty((0, 0))
-    refactor = True
-    updates = 0
+    given = definite and nf0 == nf
+    for a in range(nf0 if given else 0):
+        given = given and state[free[a]] == 0
+    refactor = not given
+    updates = age0 if given else 0
+    if not given:
+        nf = 0
+        for j in range(K):
+            if state[j] == 0:
+                free[nf] = j
+                nf += 1
     for it in range(1, max_iter + 1):
         if definite:
             ok = True
@@ -510,7 +545,7 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
             # Degenerate free set (semidefinite A): the coordinate freed last is affinely
             # dependent on the others to working precision, so it cannot lower the objective.
             if last_freed < 0:
-                return x, state, nu, it, 2
+                return x, state, nu, it, 2, -1, 0
             j = last_freed
             state[j] = 1 if x[j] <= lo[j] else 2
             x[j] = lo[j] if state[j] == 1 else hi[j]
@@ -576,7 +611,7 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
             if viol > worst:
                 worst, enter = viol, j
         if enter < 0:
-            return x, state, nu, it, 0
+            return x, state, nu, it, 0, nf if definite else -1, updates
         state[enter] = 0
         last_freed = enter
         if definite and not refactor and _chol_append(A, free, nf, L, enter):
@@ -585,7 +620,7 @@ def _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite):  # prag
             free[nf] = enter
             refactor = True
         nf += 1
-    return x, state, nu, max_iter, 1
+    return x, state, nu, max_iter, 1, -1, 0
 
 
 @numba.njit(cache=True)
@@ -709,16 +744,19 @@ def _absmax(v):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _qp(A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter):  # pragma: no cover
+def _qp(  # pragma: no cover - compiled
+    A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter, L, free, nf0, age0
+):
     """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
 
     ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0`` and
     start there, 2 ``x0`` is already feasible. ``check``: prove A positive definite on a warm
-    start (a cold start always does). Returns (x, state, ν, iterations, status, kkt_residual);
-    status 3 means A is not positive definite.
+    start (a cold start always does). ``L``, ``free``, ``nf0``, ``age0``: the factor buffers of
+    :func:`_active_set` (a given factor is only used on a warm start). Returns (x, state, ν,
+    iterations, status, kkt_residual, nf, age); status 3 means A is not positive definite.
     """
     K = b.shape[0]
-    fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf)
+    fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf, -1, 0)
     if warm == 1:
         if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
             return fail
@@ -753,22 +791,25 @@ def _qp(A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter):  # prag
     elif warm == 0:
         # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
         # whole of A is the positive-definiteness check), projected onto the box-simplex
-        everything = np.arange(K)
-        L = np.empty((K, K))
-        if not _chol_free(A, everything, K, L):
+        free[:] = np.arange(K)
+        if not _chol_free(A, free, K, L):
             return fail
-        sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), everything, K, L, total)
+        sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
         x = _box_project(sol, lo, hi, total)
         state = _start_state(x, lo, hi, A, b)
+        nf0 = -1
     else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
         x = x0.copy()
         state = _start_state(x, lo, hi, A, b)
     bmax = _absmax(b)
     gscale = amax * _absmax(x) + bmax
     tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
-    x, state, nu, its, status = _active_set(A, b, lo, hi, total, x, state, max_iter, tol, definite)
+    x, state, nu, its, status, nf, age = _active_set(
+        A, b, lo, hi, total, x, state, max_iter, tol, definite, L, free, nf0, age0
+    )
     gscale = amax * _absmax(x) + bmax
-    return x, state, nu, its, status, _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
+    res = _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
+    return x, state, nu, its, status, res, nf, age
 
 
 def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray, float]:
@@ -787,7 +828,7 @@ def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray
 
 
 def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
-    x, state, nu, its, status, res = out
+    x, state, nu, its, status, res = out[:6]
     if status == 3:
         raise ValueError(f"{name_a} must be positive definite (its Cholesky factorisation failed)")
     if status == 1:
@@ -852,6 +893,60 @@ def solve_simplex_qp(
     -------
     QPResult
     """
+    return _solve_simplex_qp(A, b, lower, upper, total, x0, max_iter, check_definite, None)[0]
+
+
+class QPFactor(NamedTuple):
+    """The Cholesky factor of A_FF that an active-set solve ended with, to start the next solve
+    of a rank-one update of A from (AAgFF-S's A grows by β g gᵀ each round): an O(K²) update
+    instead of an O(K³) factorisation. Treat it as opaque:
+    :func:`fairagg.online.quadratic_ftrl_round` creates and consumes it.
+
+    Attributes
+    ----------
+    L : ndarray, shape (K, K)
+        Lower triangle of L[:size, :size]: the factor of A_FF, F = order[:size] in that order.
+    order : ndarray of int64, shape (K,)
+    size : int
+        |F|; −1 when there is no factor.
+    age : int
+        Updates since the factor was last computed from scratch.
+    key : tuple
+        What the factorised A belongs to (set by the caller, e.g. (α, β, variant, t)).
+    """
+
+    L: np.ndarray
+    order: np.ndarray
+    size: int
+    age: int
+    key: tuple = ()
+
+
+def _new_factor(size: int) -> QPFactor:
+    # zeros, not empty: the buffers end up in states that are compared and copied
+    return QPFactor(np.zeros((size, size)), np.zeros(size, dtype=np.int64), -1, 0)
+
+
+def _factor_rank_one(factor: QPFactor, w: np.ndarray, key: tuple) -> QPFactor:
+    """A new factor of A + wwᵀ on the same free set (``factor`` is left as it is)."""
+    L = factor.L.copy()
+    if factor.size < 0:
+        return QPFactor(L, factor.order.copy(), -1, 0, key)
+    _chol_rank_one(L, factor.size, np.asarray(w, dtype=np.float64)[factor.order[: factor.size]])
+    return QPFactor(L, factor.order.copy(), factor.size, factor.age + 1, key)
+
+
+# A solve started from a kept factor whose KKT residual exceeds this is redone from scratch (the
+# exact solves' residuals are round-off, ~1e-16 relative; this only guards against a factor that
+# no longer matches A).
+_KEPT_FACTOR_RESIDUAL = 1e-10
+
+
+def _solve_simplex_qp(
+    A, b, lower, upper, total, x0, max_iter, check_definite, factor
+) -> tuple[QPResult, QPFactor]:
+    """:func:`solve_simplex_qp` starting from ``factor`` (a :class:`QPFactor` of this A, or
+    None), whose buffers it reuses; returns the result and the factor it ended with."""
     Am, bv, amax = _check_qp(A, b)
     K = bv.size
     s = check_real(total, "total", low=0.0, low_open=True)
@@ -861,7 +956,14 @@ def solve_simplex_qp(
         start, warm = np.zeros(K), 0
     else:
         start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
-    return _result(_qp(Am, bv, amax, lo, hi, s, start, warm, True, bool(check_definite), it), it)
+    check = bool(check_definite)
+    if factor is None or factor.L.shape != (K, K):
+        factor = _new_factor(K)
+    L, order, kept = factor.L, factor.order, factor.size
+    out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, kept, factor.age)
+    if kept >= 0 and warm == 1 and out[4] == 0 and not out[5] <= _KEPT_FACTOR_RESIDUAL:
+        out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, -1, 0)
+    return _result(out, it), QPFactor(L, order, out[6], out[7], factor.key)
 
 
 def a_norm_projection(
@@ -956,7 +1058,24 @@ def min_norm_weights(
     lo, hi = check_box(lower, upper, m, 1.0)
     it = 20 * m + 100 if max_iter is None else check_int(max_iter, "max_iter", low=1)
     x = _greedy_vertex(G, lo, hi, 1.0)
-    return _result(_qp(G, np.zeros(m), gmax, lo, hi, 1.0, x, 2, False, False, it), it, "gram")
+    out = _qp(
+        G,
+        np.zeros(m),
+        gmax,
+        lo,
+        hi,
+        1.0,
+        x,
+        2,
+        False,
+        False,
+        it,
+        _NO_L,
+        np.empty(m, np.int64),
+        -1,
+        0,
+    )
+    return _result(out, it, "gram")
 
 
 def min_norm_point(
@@ -1051,8 +1170,9 @@ def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
 def check_simplex_point(p: Any, name: str, *, rtol: float = 1e-9) -> np.ndarray:
     """Validate a point of the probability simplex: float64, finite, ≥ 0, sums to 1 (±rtol)."""
     pv = as_float_array(p, name, ndim=1, dtype=np.float64, allow_int=True, min_size=1)
-    if np.any(pv < 0):
-        raise ValueError(f"{name} must be non-negative; minimum is {pv.min()}")
+    low = pv.min()
+    if low < 0:
+        raise ValueError(f"{name} must be non-negative; minimum is {low}")
     total = pv.sum()
     if abs(total - 1.0) > rtol:
         raise ValueError(f"{name} must sum to 1 (a point of the simplex); sums to {total!r}")

@@ -21,6 +21,7 @@ from hypothesis.extra import numpy as hnp
 from scipy import special, stats
 
 from fairagg import oracles
+from fairagg import simplex as simplex_mod
 from fairagg.online import (
     RESPONSE_CDFS,
     BestFixedDecision,
@@ -39,6 +40,7 @@ from fairagg.online import (
     play_aaggff_s,
     quadratic_ftrl_init,
     quadratic_ftrl_problem,
+    quadratic_ftrl_round,
     quadratic_ftrl_step,
     quadratic_ftrl_update,
     regret,
@@ -275,6 +277,88 @@ def test_quadratic_ftrl_problem_is_literal_objective_up_to_a_constant(variant, h
     qx, qy = (0.5 * v @ A @ v + b @ v for v in (x, y))
     # The difference cancels the magnitudes of the two values: round-off is relative to them.
     assert_close(qx - qy, fx - fy, scale=1.0 + abs(fx) + abs(fy))
+
+
+def _play_rounds(K, T, variant, seed, *, keep_factor=True):
+    """AAgFF-S by quadratic_ftrl_round for T rounds (decisions, QP results, final factor)."""
+    _, alpha, beta = aaggff_s_defaults(K)
+    rng = np.random.default_rng(seed)
+    state, p, factor = quadratic_ftrl_init(K), np.full(K, 1.0 / K), None
+    P, results = [], []
+    for _ in range(T):
+        r = aaggff_response(rng.lognormal(0.0, 0.7, K), scale=1.0 / K)
+        g = -r / (1.0 + p @ r)
+        P.append((state, g, p))
+        state, res, factor = quadratic_ftrl_round(
+            state, g, p, alpha, beta, variant, factor if keep_factor else None
+        )
+        results.append(res)
+        p = res.x
+    return P, results, factor
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+@pytest.mark.parametrize("K", [1, 3, 40])
+def test_quadratic_ftrl_round_equals_update_then_step(variant, K):
+    # 150 rounds: the kept Cholesky factor is rank-one updated every round and refactorised from
+    # scratch every 64 updates; each decision must be the fresh solve's to round-off, with a
+    # round-off KKT residual.
+    _, alpha, beta = aaggff_s_defaults(K)
+    history, results, factor = _play_rounds(K, 150, variant, seed=K)
+    for (state, g, p), res in zip(history, results, strict=True):
+        fresh = quadratic_ftrl_step(quadratic_ftrl_update(state, g, p), alpha, beta, variant, x0=p)
+        np.testing.assert_allclose(res.x, fresh.x, rtol=0, atol=1e-14)
+        assert res.kkt_residual <= 1e-13
+    assert factor.size >= 1 and factor.key == (alpha, beta, variant, 150)
+
+
+def test_quadratic_ftrl_round_keeps_and_updates_the_factor():
+    # The factor is reused (its age grows by one per round between refactorisations), and
+    # passing no factor gives the same decisions to round-off.
+    _, with_factor, factor = _play_rounds(30, 100, "paper", seed=1)
+    _, without, _ = _play_rounds(30, 100, "paper", seed=1, keep_factor=False)
+    for a, b in zip(with_factor, without, strict=True):
+        np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-14)
+    assert 1 <= factor.age < 64  # 100 rounds: refactorised at least once, updated since
+
+
+def test_quadratic_ftrl_round_is_pure_and_ignores_a_factor_of_another_problem():
+    K = 12
+    _, alpha, beta = aaggff_s_defaults(K)
+    history, results, factor = _play_rounds(K, 20, "paper", seed=3)
+    state, g, p = history[-1]
+    _, _, prev_factor = _play_rounds(K, 19, "paper", seed=3)  # the factor the last round got
+    saved = prev_factor.L.copy(), prev_factor.order.copy()
+    out = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", prev_factor)
+    np.testing.assert_array_equal(prev_factor.L, saved[0])  # not modified
+    np.testing.assert_array_equal(prev_factor.order, saved[1])
+    assert not np.shares_memory(out.factor.L, prev_factor.L)
+    np.testing.assert_array_equal(out.result.x, results[-1].x)  # deterministic
+    # A factor for other (α, β, variant) or another round is ignored, not misused.
+    for wrong in (factor, prev_factor._replace(key=(alpha, 2 * beta, "paper", state.rounds))):
+        res = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", wrong).result
+        np.testing.assert_allclose(res.x, results[-1].x, rtol=0, atol=1e-14)
+
+
+def test_a_kept_factor_that_does_not_match_a_is_caught_by_the_kkt_residual():
+    # A factor with the right label but of another matrix (here: the right one scaled by 1.01)
+    # leads the active-set method astray; the solver sees the KKT residual and solves afresh.
+    K = 20
+    _, alpha, beta = aaggff_s_defaults(K)
+    history, results, _ = _play_rounds(K, 30, "paper", seed=4)
+    _, _, prev_factor = _play_rounds(K, 29, "paper", seed=4)
+    state, g, p = history[-1]
+    wrong = prev_factor._replace(L=1.01 * prev_factor.L)
+    # what the round hands the solver: the wrong factor, rank-one updated
+    start = simplex_mod._factor_rank_one(wrong, np.sqrt(beta) * g, ())
+    A, b = quadratic_ftrl_problem(quadratic_ftrl_update(state, g, p), alpha, beta)
+    lo, hi = np.zeros(K), np.full(K, np.inf)
+    args = (A, b, np.max(np.abs(A)), lo, hi, 1.0, p, 1, True, False, 1000)
+    bad = simplex_mod._qp(*args, start.L, start.order, start.size, 0)
+    assert bad[5] > simplex_mod._KEPT_FACTOR_RESIDUAL  # the wrong factor gives a wrong answer
+    res = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", wrong).result
+    np.testing.assert_allclose(res.x, results[-1].x, rtol=0, atol=1e-14)
+    assert res.kkt_residual <= 1e-13
 
 
 @pytest.mark.parametrize("variant", ["paper", "official"])

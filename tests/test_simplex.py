@@ -630,6 +630,27 @@ def test_cholesky_updates_equal_a_fresh_factorisation(A, data):
         assert np.max(np.abs(got - want)) <= scale * np.max(np.abs(want))
 
 
+@given(
+    A=st.integers(1, MAX_CLIENTS).flatmap(lambda k: spd_matrices(k, max_log_cond=4.0)),
+    data=st.data(),
+)
+def test_cholesky_rank_one_update_equals_a_fresh_factorisation(A, data):
+    # _factor_rank_one turns a kept factor of A_FF into one of (A + wwᵀ)_FF, leaving it as is.
+    k = A.shape[0]
+    order = np.array(data.draw(st.permutations(range(k))), dtype=np.int64)
+    nf = data.draw(st.integers(1, k))
+    w = data.draw(hnp.arrays(np.float64, (k,), elements=finite_floats(3.0), fill=st.nothing()))
+    factor = simplex_mod.QPFactor(np.zeros((k, k)), order, nf, 0)
+    assert simplex_mod._chol_free(A, order, nf, factor.L)
+    before = factor.L.copy()
+    new = simplex_mod._factor_rank_one(factor, w, ("key",))
+    np.testing.assert_array_equal(factor.L, before)
+    assert (new.size, new.age, new.key) == (nf, 1, ("key",))
+    want = fresh_factor(A + np.outer(w, w), order[:nf])
+    scale = np.linalg.cond(A) * k * EPS * 64
+    assert np.max(np.abs(np.tril(new.L[:nf, :nf]) - want)) <= scale * np.max(np.abs(want))
+
+
 def test_cholesky_factor_of_a_hand_matrix():
     A = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 2.0]])
     free = np.array([2, 0, 1])

@@ -9,7 +9,7 @@ client updates with the fresh p^{t+1}, renormalised over the selected clients:
     q_i = p^{t+1}_i / Σ_{j∈S} p^{t+1}_j,   θ^{t+1} = θ^t − η_s Σ_{i∈S} q_i δ_i.
 
 - **AAgFF-S** (cross-silo, K < T, every client every round): quadratic FTRL (online Newton step),
-  the exact simplex QP of :func:`fairagg.online.quadratic_ftrl_step`; s = 1/K, L∞ = 1/K,
+  the exact simplex QP of :func:`fairagg.online.quadratic_ftrl_round`; s = 1/K, L∞ = 1/K,
   α = 4K L∞, β = 1/(4L∞).
 - **AAgFF-D** (cross-device, m of K sampled uniformly): entropic FTRL
   p_i ∝ exp(−√(log K) G_i / (L∞ √(t+1))) on the first-order gradient estimate ĝ of the
@@ -37,10 +37,9 @@ from ..online import (
     dr_gradient,
     dr_response,
     quadratic_ftrl_init,
-    quadratic_ftrl_step,
-    quadratic_ftrl_update,
+    quadratic_ftrl_round,
 )
-from ..simplex import log_normalize
+from ..simplex import QPFactor, log_normalize
 from ..types import Aggregate, RoundReports, Rule, check_reports
 from .fedavg import apply_weighted_update
 
@@ -48,10 +47,13 @@ __all__ = ["AAgFFDState", "AAgFFSState", "aaggff_d", "aaggff_s", "client_indices
 
 
 class AAgFFSState(NamedTuple):
-    """AAgFF-S's state: the decision p^t to play next and the FTRL sums."""
+    """AAgFF-S's state: the decision p^t to play next, the FTRL sums, and the QP solver's
+    Cholesky factor from the round that chose p^t (None before the first round; see
+    :func:`fairagg.online.quadratic_ftrl_round`)."""
 
     p: np.ndarray
     ftrl: QuadraticFTRL
+    factor: QPFactor | None = None
 
 
 class AAgFFDState(NamedTuple):
@@ -161,8 +163,7 @@ def aaggff_s(
         p_t = state.p
         z = 1.0 + float(p_t @ r)
         g = -r / z
-        ftrl = quadratic_ftrl_update(state.ftrl, g, p_t)
-        qp = quadratic_ftrl_step(ftrl, a, bt, variant, x0=p_t)
+        ftrl, qp, factor = quadratic_ftrl_round(state.ftrl, g, p_t, a, bt, variant, state.factor)
         p_new = qp.x
         q = p_new[ids]  # Σ over all K clients is 1
         q = q / q.sum()
@@ -174,7 +175,7 @@ def aaggff_s(
             "decision_loss": -math.log(z),
             "qp_iterations": qp.iterations,
         }
-        return Aggregate(out, AAgFFSState(p_new, ftrl), info)
+        return Aggregate(out, AAgFFSState(p_new, ftrl, factor), info)
 
     return Rule("aaggff-s", init, step, hyper)
 
