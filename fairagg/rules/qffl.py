@@ -1,0 +1,201 @@
+"""q-FFL: the objective and the server steps of q-FedAvg and q-FedSGD (Li et al. 2020, eq. 2,
+Algs. 1 and 3, Lemma 12; SPEC §2).
+
+Formula functions (plain arrays in, arrays out):
+
+- :func:`qffl_objective`: f_q(w) = Σ_k p_k F_k(w)^{q+1}/(q+1);
+- :func:`qfedavg_step`: Alg. 1's server update from the clients' displacements δ_k = θ^t − θ_k;
+- :func:`qfedsgd_step`: Alg. 3's, from full-batch gradients ∇F_k(θ^t);
+- :func:`lipschitz_q`: Lemma 12's L_q(w) = L f^q + q f^{q−1} ‖∇f‖².
+
+Conventions (SPEC §2): L = 1/lr; F̃_k = F_k(θ^t) + ε with ε = 1e-10 by default; norms are over the
+whole flattened parameter vector; the sums over the selected clients carry **no** n_k weights, so
+q = 0 gives the unweighted mean of the client models.
+
+Overflow. Δ_k = F̃_k^q Δw_k and h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q share the factor F̃_k^q, and the
+step Σ Δ_k / Σ h_k is unchanged when every F̃_k^q is divided by the largest one. The steps compute
+u_k = F̃_k^q / max_j F̃_j^q in log space, so a large q (the AFL limit) never overflows; only the
+reported Σ h_k, F̃^q times the rest, may be +inf.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .._checks import as_float_array, check_real
+
+__all__ = [
+    "QStep",
+    "lipschitz_q",
+    "qfedavg_step",
+    "qfedsgd_step",
+    "qffl_objective",
+]
+
+#: SPEC §2: F̃_k = F_k + ε keeps F̃^{q−1} finite for a client with zero loss.
+DEFAULT_EPSILON = 1e-10
+
+
+class QStep(NamedTuple):
+    """A q-FedAvg / q-FedSGD server step.
+
+    Attributes
+    ----------
+    params : ndarray, shape (d,)
+        θ^{t+1} = θ^t − Σ_k Δ_k / Σ_k h_k.
+    h_sum : float
+        Σ_k h_k (Alg. 1's step denominator; +inf if F̃^q overflows float64).
+    weights : ndarray, shape (m,)
+        The weight of each client's Δw_k in the step, F̃_k^q / Σ_j h_j (they need not sum to 1).
+    """
+
+    params: np.ndarray
+    h_sum: float
+    weights: np.ndarray
+
+
+def _check_q(q: float) -> float:
+    return check_real(q, "q", low=0.0)
+
+
+def _check_losses(losses: Any, m: int) -> np.ndarray:
+    F = as_float_array(losses, "losses", shape=(m,), dtype=np.float64, allow_int=True)
+    if F.size and F.min() < 0:
+        raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
+    return F
+
+
+def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
+    """f_q = Σ_k p_k F_k^{q+1}/(q+1) (q-FFL eq. 2) for the losses F_k(w) of one model.
+
+    ``weights`` p_k default to uniform 1/m (pass n_k/n for the paper's sample-size weights); they
+    must be non-negative and are normalised to sum to 1. q = 0 gives the weighted mean loss.
+    """
+    F0 = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    F = _check_losses(F0, F0.size)
+    qv = _check_q(q)
+    if weights is None:
+        p = np.full(F.size, 1.0 / F.size)
+    else:
+        p = as_float_array(weights, "weights", shape=(F.size,), dtype=np.float64, allow_int=True)
+        if p.min() < 0 or not p.sum() > 0:
+            raise ValueError("weights must be non-negative with a positive sum")
+        p = p / p.sum()
+    with np.errstate(over="ignore"):  # F^{q+1} beyond float64 is +inf, not an error
+        return float(p @ (F ** (qv + 1.0)) / (qv + 1.0))
+
+
+def _q_step(
+    params: Any, directions: Any, losses: Any, q: float, L: float, eps: float, static: bool
+) -> QStep:
+    theta = as_float_array(params, "params", ndim=1, dtype=np.float64)
+    d = theta.size
+    D = as_float_array(directions, "directions", ndim=2, dtype=np.float64, min_size=1)
+    if D.shape[1] != d:
+        raise ValueError(f"the client updates must have shape (m, {d}) to match params")
+    m = D.shape[0]
+    F = _check_losses(losses, m)
+    Ft = F + eps
+    if q > 0 and Ft.min() <= 0:
+        raise ValueError(
+            "losses + epsilon must be positive for q > 0 (F̃^(q-1) is undefined at 0); "
+            "keep epsilon > 0 or pass positive losses"
+        )
+    # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
+    if q == 0:
+        log_u = np.zeros(m)
+    else:
+        log_f = np.log(Ft)
+        log_u = q * (log_f - log_f.max())
+    u = np.exp(log_u)
+    if static:
+        h_rel = np.full(m, L)  # h_k = L F̃_k^q → here L, with the F̃^q factor in u_k
+    else:
+        sq = np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
+        h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
+    denom = float(u @ h_rel)
+    w = u / denom
+    step = w @ D
+    # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
+    log_scale = 0.0 if q == 0 else q * float(np.log(Ft).max())
+    h_sum = denom * math.exp(log_scale) if log_scale < 700.0 else math.inf
+    return QStep(theta - step, h_sum, w)
+
+
+def qfedavg_step(
+    params: Any, deltas: Any, losses: Any, q: float, lr: float, epsilon: float = DEFAULT_EPSILON
+) -> QStep:
+    """q-FedAvg's server update (q-FFL Alg. 1; SPEC §2).
+
+    With L = 1/lr, Δw_k = L δ_k (δ_k = θ^t − θ_k, SPEC §0), F̃_k = F_k(θ^t) + ε:
+    Δ_k = F̃_k^q Δw_k, h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q, θ^{t+1} = θ^t − Σ_k Δ_k / Σ_k h_k.
+    q = 0 gives the unweighted mean of the client models θ_k.
+
+    Parameters
+    ----------
+    params : array_like, shape (d,)
+        θ^t.
+    deltas : array_like, shape (m, d)
+        δ_k of the selected clients.
+    losses : array_like, shape (m,)
+        F_k(θ^t), the received model's loss before local training; non-negative.
+    q : float
+        q ≥ 0.
+    lr : float
+        The clients' local learning rate; L = 1/lr.
+    epsilon : float
+        ε ≥ 0 (losses + ε must be positive when q > 0).
+
+    Returns
+    -------
+    QStep
+        ``weights`` w_k with θ^{t+1} = θ^t − Σ_k w_k Δw_k (so the weight on δ_k is L·w_k).
+    """
+    qv = _check_q(q)
+    L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
+    eps = check_real(epsilon, "epsilon", low=0.0)
+    D = as_float_array(deltas, "deltas", ndim=2, dtype=np.float64, min_size=1)
+    return _q_step(params, L * D, losses, qv, L, eps, static=False)
+
+
+def qfedsgd_step(
+    params: Any,
+    grads: Any,
+    losses: Any,
+    q: float,
+    lr: float,
+    epsilon: float = DEFAULT_EPSILON,
+    static_step: bool = False,
+) -> QStep:
+    """q-FedSGD's server update (q-FFL Alg. 3; SPEC §2): q-FedAvg with Δw_k replaced by the
+    full-batch gradient ∇F_k(θ^t). q = 0 is the gradient step θ^t − lr · mean_k ∇F_k.
+
+    ``static_step=True`` sets h_k = L F̃_k^q (drops the q F̃^{q−1}‖∇F_k‖² term): the tuned-FedSGD
+    baseline of the paper, a step of lr along the F̃^q-weighted mean gradient.
+    """
+    qv = _check_q(q)
+    L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
+    eps = check_real(epsilon, "epsilon", low=0.0)
+    if not isinstance(static_step, (bool, np.bool_)):
+        raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
+    return _q_step(params, grads, losses, qv, L, eps, static=bool(static_step))
+
+
+def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:
+    """Lemma 12: L_q(w) = L f(w)^q + q f(w)^{q−1} ‖∇f(w)‖², an upper bound on the Lipschitz
+    constant of ∇(f^{q+1}/(q+1)) near w when ∇f is L-Lipschitz and f ≥ 0.
+
+    ``loss`` f(w) ≥ 0 (> 0 when 0 < q < 1), ``grad_norm_sq`` ‖∇f(w)‖² ≥ 0, ``L`` > 0, q ≥ 0.
+    """
+    f = check_real(loss, "loss", low=0.0)
+    g2 = check_real(grad_norm_sq, "grad_norm_sq", low=0.0)
+    Lv = check_real(L, "L", low=0.0, low_open=True)
+    qv = _check_q(q)
+    if qv == 0:
+        return Lv
+    if f == 0 and qv < 1:
+        raise ValueError("loss must be positive for 0 < q < 1 (f^(q-1) is undefined at 0)")
+    return Lv * f**qv + qv * f ** (qv - 1.0) * g2

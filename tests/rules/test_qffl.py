@@ -1,0 +1,176 @@
+"""q-FFL formula functions (SPEC §2): q-FedAvg / q-FedSGD server steps, the objective, Lemma 12."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fairagg.rules.qffl import lipschitz_q, qfedavg_step, qfedsgd_step, qffl_objective
+from tests.strategies import finite_floats
+from tests.tolerances import assert_close
+
+
+def literal_qfedavg(theta, deltas, losses, q, lr, eps=1e-10):
+    """Alg. 1 term by term, as SPEC §2 writes it (no rescaling: moderate q and losses only)."""
+    L = 1.0 / lr
+    num = np.zeros_like(theta)
+    h = 0.0
+    for d, F in zip(deltas, losses, strict=True):
+        dw = L * d
+        Ft = F + eps
+        num += Ft**q * dw
+        h += q * Ft ** (q - 1) * float(dw @ dw) + L * Ft**q
+    return theta - num / h, h
+
+
+@st.composite
+def rounds(draw, max_m=6, max_d=5):
+    m = draw(st.integers(1, max_m))
+    d = draw(st.integers(1, max_d))
+    theta = draw(hnp.arrays(np.float64, (d,), elements=finite_floats(2.0), fill=st.nothing()))
+    deltas = draw(hnp.arrays(np.float64, (m, d), elements=finite_floats(1.0), fill=st.nothing()))
+    losses = draw(hnp.arrays(np.float64, (m,), elements=st.floats(0.01, 5.0), fill=st.nothing()))
+    return theta, deltas, losses
+
+
+@given(r=rounds(), q=st.sampled_from([0.0, 0.1, 1.0, 2.0, 5.0]), lr=st.sampled_from([0.01, 0.5]))
+def test_qfedavg_step_equals_the_literal_formula(r, q, lr):
+    theta, deltas, losses = r
+    got = qfedavg_step(theta, deltas, losses, q, lr)
+    want, h = literal_qfedavg(theta, deltas, losses, q, lr)
+    assert_close(got.params, want, scale=10.0)
+    assert_close(got.h_sum, h, scale=10.0)
+    # the reported weights reproduce the step: θ − Σ w_k Δw_k with Δw_k = δ_k / lr
+    assert_close(theta - got.weights @ (deltas / lr), got.params, scale=10.0)
+
+
+@given(r=rounds(), lr=st.sampled_from([0.01, 0.5]))
+def test_qfedavg_with_q_zero_is_the_unweighted_mean_of_the_client_models(r, lr):
+    theta, deltas, losses = r
+    got = qfedavg_step(theta, deltas, losses, 0.0, lr)
+    assert_close(got.params, np.mean(theta - deltas, axis=0), scale=10.0)
+    assert_close(got.h_sum, deltas.shape[0] / lr)
+
+
+def test_qfedavg_hand():
+    # Two clients, q = 1, lr = 1 (L = 1), ε = 0: Δw = δ; F̃ = (1, 3); δ = (1, 0), (0, 1).
+    # Σ Δ_k = (1, 3); h = (1·1 + 1) + (1·1 + 3) = 6; θ⁺ = −(1, 3)/6.
+    got = qfedavg_step(np.zeros(2), np.eye(2), [1.0, 3.0], 1.0, 1.0, epsilon=0.0)
+    assert_close(got.params, [-1 / 6, -0.5])
+    assert_close(got.h_sum, 6.0)
+    assert_close(got.weights, [1 / 6, 0.5])
+
+
+def test_qfedavg_large_q_does_not_overflow_and_follows_the_worst_client():
+    # q = 1e4: F̃^q overflows float64 (2^1e4), the step does not. Only the worst client counts:
+    # θ⁺ = θ − Δw_w / (q ‖Δw_w‖² / F̃_w + L).
+    theta, deltas, losses, q, lr = (
+        np.ones(3),
+        np.array([[1.0, 0, 0], [0, 2.0, 0]]),
+        [1.0, 2.0],
+        1e4,
+        0.1,
+    )
+    got = qfedavg_step(theta, deltas, losses, q, lr)
+    dw = deltas[1] / lr
+    want = theta - dw / (q * (dw @ dw) / (2.0 + 1e-10) + 1 / lr)
+    np.testing.assert_allclose(got.params, want, rtol=1e-12, atol=0)
+    assert np.all(np.isfinite(got.params)) and got.h_sum == np.inf
+
+
+@given(r=rounds(), lr=st.sampled_from([0.01, 0.5]))
+def test_qfedsgd_with_q_zero_is_the_mean_gradient_step(r, lr):
+    theta, grads, losses = r
+    got = qfedsgd_step(theta, grads, losses, 0.0, lr)
+    assert_close(got.params, theta - lr * grads.mean(axis=0), scale=10.0)
+
+
+@given(r=rounds(), q=st.sampled_from([0.5, 1.0, 3.0]))
+def test_qfedsgd_static_step_is_lr_along_the_loss_weighted_mean_gradient(r, q):
+    theta, grads, losses = r
+    got = qfedsgd_step(theta, grads, losses, q, 0.1, static_step=True)
+    w = (losses + 1e-10) ** q
+    assert_close(got.params, theta - 0.1 * (w @ grads) / w.sum(), scale=10.0)
+
+
+@given(r=rounds(), q=st.sampled_from([0.0, 1.0, 2.0]))
+def test_qfedsgd_is_qfedavg_with_the_gradient_in_place_of_delta_w(r, q):
+    theta, grads, losses = r
+    lr = 0.2
+    assert_close(
+        qfedsgd_step(theta, grads, losses, q, lr).params,
+        qfedavg_step(theta, lr * grads, losses, q, lr).params,
+        scale=10.0,
+    )
+
+
+def test_qffl_objective():
+    assert_close(qffl_objective([1.0, 3.0], 0.0), 2.0)  # the mean loss
+    assert_close(qffl_objective([1.0, 3.0], 1.0), (1 + 9) / 2 / 2)  # Σ F²/2 / m
+    assert_close(qffl_objective([1.0, 3.0], 1.0, weights=[3, 1]), (0.75 * 1 + 0.25 * 9) / 2)
+    assert qffl_objective([2.0], 5000.0) == np.inf  # beyond float64, not NaN
+
+
+@given(
+    d=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+    q=st.sampled_from([0.0, 0.5, 1.0, 2.0, 5.0]),
+)
+def test_lemma_12_bounds_the_hessian_of_a_quadratic_loss(d, seed, q):
+    # f(w) = ½ (w − a)ᵀ H (w − a) + c with H ⪰ 0, ∇f L-Lipschitz for L = λ_max(H). The Hessian of
+    # f^{q+1}/(q+1) is f^q H + q f^{q−1} ∇f ∇fᵀ; its spectral norm must not exceed L_q.
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((d, d))
+    H = G @ G.T
+    a, w, c = rng.standard_normal(d), rng.standard_normal(d), rng.uniform(0.01, 1.0)
+    f = 0.5 * (w - a) @ H @ (w - a) + c
+    g = H @ (w - a)
+    hess = f**q * H + q * f ** (q - 1) * np.outer(g, g)
+    L = np.linalg.eigvalsh(H)[-1]
+    bound = lipschitz_q(f, float(g @ g), L, q)
+    assert np.linalg.eigvalsh(hess)[-1] <= bound * (1 + 1e-12)
+
+
+def test_lemma_12_is_tight_for_an_isotropic_quadratic():
+    # H = cI: ∇f is an eigenvector of both terms, so ‖Hessian‖ = L f^q + q f^{q−1}‖∇f‖² exactly.
+    c, q = 3.0, 2.0
+    a, w = np.zeros(3), np.array([1.0, 2.0, -1.0])
+    f = 0.5 * c * (w - a) @ (w - a) + 0.25
+    g = c * (w - a)
+    hess = f**q * c * np.eye(3) + q * f ** (q - 1) * np.outer(g, g)
+    assert_close(np.linalg.eigvalsh(hess)[-1], lipschitz_q(f, float(g @ g), c, q))
+
+
+T2, D2 = np.zeros(2), np.eye(2)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: qfedavg_step(T2, D2, [1.0, 1.0], -1.0, 0.1), ValueError, "q must be >= 0"),
+        (lambda: qfedavg_step(T2, D2, [1.0, 1.0], 1.0, 0.0), ValueError, "lr must be > 0"),
+        (
+            lambda: qfedavg_step(T2, D2, [1.0, np.nan], 1.0, 0.1),
+            ValueError,
+            "losses must be finite",
+        ),
+        (lambda: qfedavg_step(T2, D2, [1.0, -1.0], 1.0, 0.1), ValueError, "non-negative"),
+        (lambda: qfedavg_step(T2, D2, [1.0], 1.0, 0.1), ValueError, "losses must have shape"),
+        (lambda: qfedavg_step(T2, np.eye(3), [1.0] * 3, 1.0, 0.1), ValueError, r"\(m, 2\)"),
+        (
+            lambda: qfedavg_step(T2, D2, [0.0, 1.0], 0.5, 0.1, epsilon=0.0),
+            ValueError,
+            "losses \\+ epsilon must be positive",
+        ),
+        (lambda: qfedsgd_step(T2, D2, [1.0, 1.0], 1.0, 0.1, static_step=1), TypeError, "bool"),
+        (lambda: qffl_objective([1.0, 2.0], -0.5), ValueError, "q must be >= 0"),
+        (lambda: lipschitz_q(0.0, 1.0, 1.0, 0.5), ValueError, "loss must be positive"),
+        (lambda: lipschitz_q(1.0, 1.0, 0.0, 1.0), ValueError, "L must be > 0"),
+    ],
+)
+def test_bad_input_raises_naming_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
