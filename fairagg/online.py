@@ -35,6 +35,7 @@ from .simplex import (
     QPFactor,
     QPResult,
     _factor_rank_one,
+    _new_factor,
     _solve_simplex_qp,
     check_simplex_point,
     kl_step,
@@ -503,9 +504,10 @@ def quadratic_ftrl_round(
     bt = check_real(beta, "beta", low=0.0)
     A, b = quadratic_ftrl_problem(new_state, a, bt, variant)
     key = (a, bt, variant, new_state.rounds)
-    start = None
     if isinstance(factor, QPFactor) and factor.key == (a, bt, variant, state.rounds):
         start = _factor_rank_one(factor, math.sqrt(bt) * g, key)
+    else:
+        start = _new_factor(g.size)
     res, end = _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, p, None, False, start)
     return FTRLRound(new_state, res, end._replace(key=key))
 

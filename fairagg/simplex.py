@@ -922,9 +922,12 @@ class QPFactor(NamedTuple):
     key: tuple = ()
 
 
-def _new_factor(size: int) -> QPFactor:
-    # zeros, not empty: the buffers end up in states that are compared and copied
-    return QPFactor(np.zeros((size, size)), np.zeros(size, dtype=np.int64), -1, 0)
+def _new_factor(size: int, *, kept: bool = True) -> QPFactor:
+    """Empty factor buffers. ``kept``: zeroed, because the factor will live in a state that is
+    copied and compared (unused entries must not be whatever memory held); a solve whose factor
+    is thrown away skips that."""
+    alloc = np.zeros if kept else np.empty
+    return QPFactor(alloc((size, size)), alloc(size, dtype=np.int64), -1, 0)
 
 
 def _factor_rank_one(factor: QPFactor, w: np.ndarray, key: tuple) -> QPFactor:
@@ -958,7 +961,7 @@ def _solve_simplex_qp(
         start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
     check = bool(check_definite)
     if factor is None or factor.L.shape != (K, K):
-        factor = _new_factor(K)
+        factor = _new_factor(K, kept=False)
     L, order, kept = factor.L, factor.order, factor.size
     out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, kept, factor.age)
     if kept >= 0 and warm == 1 and out[4] == 0 and not out[5] <= _KEPT_FACTOR_RESIDUAL:

@@ -74,8 +74,9 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
     ``weights`` p_k default to uniform 1/m (pass n_k/n for the paper's sample-size weights); they
     must be non-negative and are normalised to sum to 1. q = 0 gives the weighted mean loss.
     """
-    F0 = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
-    F = _check_losses(F0, F0.size)
+    F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    if F.min() < 0:
+        raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
     qv = _check_q(q)
     if weights is None:
         p = np.full(F.size, 1.0 / F.size)
@@ -88,14 +89,18 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
         return float(p @ (F ** (qv + 1.0)) / (qv + 1.0))
 
 
-def _q_step(
-    params: Any, directions: Any, losses: Any, q: float, L: float, eps: float, static: bool
-) -> QStep:
+def _directions(params: Any, updates: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     theta = as_float_array(params, "params", ndim=1, dtype=np.float64)
-    d = theta.size
-    D = as_float_array(directions, "directions", ndim=2, dtype=np.float64, min_size=1)
-    if D.shape[1] != d:
-        raise ValueError(f"the client updates must have shape (m, {d}) to match params")
+    D = as_float_array(updates, name, ndim=2, dtype=np.float64, min_size=1)
+    if D.shape[1] != theta.size:
+        raise ValueError(f"{name} must have shape (m, {theta.size}) to match params")
+    return theta, D
+
+
+def _q_step(
+    theta: np.ndarray, D: np.ndarray, losses: Any, q: float, L: float, eps: float, static: bool
+) -> QStep:
+    """θ − Σ_k Δ_k / Σ_k h_k with Δw_k the rows of D (validated)."""
     m = D.shape[0]
     F = _check_losses(losses, m)
     Ft = F + eps
@@ -105,12 +110,8 @@ def _q_step(
             "keep epsilon > 0 or pass positive losses"
         )
     # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
-    if q == 0:
-        log_u = np.zeros(m)
-    else:
-        log_f = np.log(Ft)
-        log_u = q * (log_f - log_f.max())
-    u = np.exp(log_u)
+    log_max = 0.0 if q == 0 else q * float(np.log(Ft).max())  # log max_j F̃_j^q
+    u = np.ones(m) if q == 0 else np.exp(q * np.log(Ft) - log_max)
     if static:
         h_rel = np.full(m, L)  # h_k = L F̃_k^q → here L, with the F̃^q factor in u_k
     else:
@@ -120,8 +121,7 @@ def _q_step(
     w = u / denom
     step = w @ D
     # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
-    log_scale = 0.0 if q == 0 else q * float(np.log(Ft).max())
-    h_sum = denom * math.exp(log_scale) if log_scale < 700.0 else math.inf
+    h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
     return QStep(theta - step, h_sum, w)
 
 
@@ -157,8 +157,8 @@ def qfedavg_step(
     qv = _check_q(q)
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
     eps = check_real(epsilon, "epsilon", low=0.0)
-    D = as_float_array(deltas, "deltas", ndim=2, dtype=np.float64, min_size=1)
-    return _q_step(params, L * D, losses, qv, L, eps, static=False)
+    theta, D = _directions(params, deltas, "deltas")
+    return _q_step(theta, L * D, losses, qv, L, eps, static=False)
 
 
 def qfedsgd_step(
@@ -181,7 +181,8 @@ def qfedsgd_step(
     eps = check_real(epsilon, "epsilon", low=0.0)
     if not isinstance(static_step, (bool, np.bool_)):
         raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
-    return _q_step(params, grads, losses, qv, L, eps, static=bool(static_step))
+    theta, G = _directions(params, grads, "grads")
+    return _q_step(theta, G, losses, qv, L, eps, static=bool(static_step))
 
 
 def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:

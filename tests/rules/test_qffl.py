@@ -159,7 +159,13 @@ T2, D2 = np.zeros(2), np.eye(2)
         ),
         (lambda: qfedavg_step(T2, D2, [1.0, -1.0], 1.0, 0.1), ValueError, "non-negative"),
         (lambda: qfedavg_step(T2, D2, [1.0], 1.0, 0.1), ValueError, "losses must have shape"),
-        (lambda: qfedavg_step(T2, np.eye(3), [1.0] * 3, 1.0, 0.1), ValueError, r"\(m, 2\)"),
+        (
+            lambda: qfedavg_step(T2, np.eye(3), [1.0] * 3, 1.0, 0.1),
+            ValueError,
+            r"deltas .*\(m, 2\)",
+        ),
+        (lambda: qfedsgd_step(T2, np.eye(3), [1.0] * 3, 1.0, 0.1), ValueError, r"grads .*\(m, 2\)"),
+        (lambda: qfedsgd_step(T2, [[np.inf, 0.0]], [1.0], 1.0, 0.1), ValueError, "grads must be"),
         (
             lambda: qfedavg_step(T2, D2, [0.0, 1.0], 0.5, 0.1, epsilon=0.0),
             ValueError,
