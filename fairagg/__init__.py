@@ -15,13 +15,14 @@ from .rules.fedavg import (
     fedavg_weights,
 )
 from .simulate import History, simulate
-from .types import Aggregate, EmptyState, RoundReports, Rule, make_reports
+from .types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, make_reports
 
 __all__ = [
     "RULES",
     "Aggregate",
     "EmptyState",
     "History",
+    "LocalSpec",
     "RoundReports",
     "Rule",
     "RuleSpec",

@@ -10,10 +10,14 @@ minibatch SGD over its training rows:
     \\text{ at the start of every round})
 
 (plain SGD for μ = 0; the proximal term is FedProx's μ/2 ||w − θ^t||²; the momentum form is
-FedFa's client momentum, SPEC §9). The client then reports (SPEC §0) its update
-δ_k = θ^t − w, written straight into row i of the caller's (m, d) buffer, together with
-F_k(θ^t) and the training accuracy of θ^t, both computed on its whole training split **before**
-training.
+FedFa's client momentum, SPEC §9). With ``propfair_m = M`` the client trains on PropFair's
+surrogate instead of its loss (SPEC §6): the minibatch gradient ∇f of the minibatch loss f is
+scaled by 1/(M − f), the gradient of −log(1 − f/M), and where M − f < ε by 1/M (the
+continuation f/M) or, with ``propfair_huber``, by 1/ε (the Huber continuation f/ε).
+
+The client then reports (SPEC §0) its update δ_k = θ^t − w, written straight into row i of the
+caller's (m, d) buffer, together with F_k(θ^t) and the training accuracy of θ^t, both computed on
+its whole training split **before** training (the loss itself, whatever the training objective).
 
 Conventions
 -----------
@@ -35,11 +39,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from models import FlatModel
-from models._kernels import sgd_clients_parallel, sgd_clients_serial
+from models._kernels import gradient_clients, sgd_clients_parallel, sgd_clients_serial
 
 from ._checks import as_int_array, check_int, check_real
 
-__all__ = ["LocalResult", "client_shuffles", "sgd_reference", "train_clients"]
+__all__ = [
+    "LocalResult",
+    "check_propfair",
+    "client_gradients",
+    "client_shuffles",
+    "propfair_scale",
+    "sgd_reference",
+    "train_clients",
+]
 
 #: Stream tag of the local-training shuffles in ``default_rng([seed, tag, round, client])``.
 SHUFFLE_STREAM = 1
@@ -89,6 +101,34 @@ def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: 
     )
 
 
+def check_propfair(
+    m: Any,
+    epsilon: Any,
+    huber: Any,
+    names: tuple[str, str, str] = ("propfair_m", "propfair_epsilon", "propfair_huber"),
+) -> tuple[float, float, bool]:
+    """Validate PropFair's surrogate settings; returns (M, ε, huber), M = 0.0 when ``m`` is None
+    (train on the loss itself). ``names`` are the argument names used in error messages."""
+    if not isinstance(huber, (bool, np.bool_)):
+        raise TypeError(f"{names[2]} must be a bool; got {type(huber).__name__}")
+    eps = check_real(epsilon, names[1], low=0.0, low_open=True)
+    if m is None:
+        return 0.0, eps, bool(huber)
+    M = check_real(m, names[0], low=0.0, low_open=True)
+    if not M > eps:
+        raise ValueError(f"{names[0]} must exceed {names[1]} = {eps}; got {M}")
+    return M, eps, bool(huber)
+
+
+def propfair_scale(f: float, m: float, epsilon: float, huber: bool) -> float:
+    """The factor PropFair's surrogate puts on the gradient of a minibatch loss f (SPEC §6):
+    d/df of −log(1 − f/M) = 1/(M − f) where M − f ≥ ε, else 1/M (1/ε with ``huber``)."""
+    gap = m - f
+    if gap >= epsilon:
+        return 1.0 / gap
+    return 1.0 / epsilon if huber else 1.0 / m
+
+
 def train_clients(
     model: FlatModel,
     params: np.ndarray,
@@ -104,6 +144,9 @@ def train_clients(
     round_index: int = 0,
     out: np.ndarray | None = None,
     parallel: bool = True,
+    propfair_m: float | None = None,
+    propfair_epsilon: float = 0.2,
+    propfair_huber: bool = False,
 ) -> LocalResult:
     """Train the clients ``clients`` locally from ``params`` and collect their reports.
 
@@ -129,6 +172,9 @@ def train_clients(
         Preallocated C-contiguous buffer of the dtype of ``params`` that receives the updates.
     parallel : bool
         Train clients in parallel threads (``prange``); the result is bitwise identical.
+    propfair_m, propfair_epsilon, propfair_huber : float or None, float, bool
+        Train on PropFair's surrogate with constant M (> ε), see the module docstring; None
+        trains on the loss.
 
     Returns
     -------
@@ -140,32 +186,11 @@ def train_clients(
     epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
         epochs, batch_size, lr, momentum, prox_mu
     )
-    ids = as_int_array(clients, "clients", ndim=1, min_value=0)
-    offsets = np.asarray(data.train_offsets, dtype=np.int64)
-    K = offsets.size - 1
-    if ids.size == 0:
-        raise ValueError("clients must name at least one client")
-    if ids.max() >= K:
-        raise ValueError(f"clients must be indices in [0, {K}); got {ids.max()}")
-    X = np.ascontiguousarray(data.X_train, dtype=theta.dtype)
-    y = np.ascontiguousarray(data.y_train, dtype=np.int64)
+    pf = check_propfair(propfair_m, propfair_epsilon, propfair_huber)
+    ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
     m, d = ids.size, theta.size
-    if out is None:
-        out = np.empty((m, d), dtype=theta.dtype)
-    elif not (
-        isinstance(out, np.ndarray)
-        and out.shape == (m, d)
-        and out.dtype == theta.dtype
-        and out.flags.c_contiguous
-    ):
-        raise ValueError(
-            f"out must be a C-contiguous {theta.dtype} array of shape ({m}, {d}); got "
-            + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__)
-        )
-    los, his = offsets[ids], offsets[ids + 1]
+    out = _check_out(out, m, d, theta.dtype)
     sizes = his - los
-    if np.any(sizes == 0):
-        raise ValueError(f"clients {ids[sizes == 0].tolist()} have no training rows")
     p0s = np.concatenate([[0], np.cumsum(sizes * epochs)[:-1]]).astype(np.int64)
     perms = np.empty(int(sizes.sum()) * epochs, dtype=np.int64)
     for i in range(m):
@@ -175,9 +200,102 @@ def train_clients(
     accs = np.empty(m, dtype=np.float64)
     kernel = sgd_clients_parallel if parallel else sgd_clients_serial
     H, act = model._kernel_dims()
-    hyper = (epochs, batch_size, lr, momentum, prox_mu, H, model.n_classes, act, float(model.l2))
+    hyper = (
+        epochs,
+        batch_size,
+        lr,
+        momentum,
+        prox_mu,
+        H,
+        model.n_classes,
+        act,
+        float(model.l2),
+        *pf,
+    )
     all_rows = np.arange(X.shape[0], dtype=np.int64)
     kernel(theta, X, y, all_rows, los, his, perms, p0s, hyper, out, losses, accs)
+    return LocalResult(out, losses, accs, sizes)
+
+
+def _client_rows(clients: Any, data: Any, dtype: Any):
+    """Validated client indices, the training arrays in ``dtype`` and each client's row range."""
+    ids = as_int_array(clients, "clients", ndim=1, min_value=0)
+    offsets = np.asarray(data.train_offsets, dtype=np.int64)
+    K = offsets.size - 1
+    if ids.size == 0:
+        raise ValueError("clients must name at least one client")
+    if ids.max() >= K:
+        raise ValueError(f"clients must be indices in [0, {K}); got {ids.max()}")
+    X = np.ascontiguousarray(data.X_train, dtype=dtype)
+    y = np.ascontiguousarray(data.y_train, dtype=np.int64)
+    los, his = offsets[ids], offsets[ids + 1]
+    sizes = his - los
+    if np.any(sizes == 0):
+        raise ValueError(f"clients {ids[sizes == 0].tolist()} have no training rows")
+    return ids, X, y, los, his
+
+
+def _check_out(out: Any, m: int, d: int, dtype: Any) -> np.ndarray:
+    if out is None:
+        return np.empty((m, d), dtype=dtype)
+    if not (
+        isinstance(out, np.ndarray)
+        and out.shape == (m, d)
+        and out.dtype == dtype
+        and out.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"out must be a C-contiguous {np.dtype(dtype)} array of shape ({m}, {d}); got "
+            + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__)
+        )
+    return out
+
+
+def client_gradients(
+    model: FlatModel,
+    params: np.ndarray,
+    data: Any,
+    clients: Any,
+    *,
+    batch_size: int | None = None,
+    seed: int = 0,
+    round_index: int = 0,
+    out: np.ndarray | None = None,
+) -> LocalResult:
+    """One gradient g_k = ∇F_k(θ^t) per selected client, for the SGD-type rules (SPEC §0).
+
+    ``batch_size=None`` gives the full-batch gradient of the client's mean training loss. An
+    integer B gives the mean gradient over the first B rows of the client's shuffle of the round,
+    ``client_shuffles(n_k, 1, seed, round_index, k)[0][:B]`` (the full batch when n_k ≤ B).
+    ``LocalResult.deltas`` holds the gradients (the caller's ``out`` buffer when given), with
+    F_k(θ^t) and the training accuracy of θ^t over all the client's rows. Clients run in
+    parallel threads; each gradient is computed by one thread, so results are reproducible.
+    """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    theta = np.ascontiguousarray(model._check_params(params))
+    bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
+    ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
+    m, d = ids.size, theta.size
+    out = _check_out(out, m, d, theta.dtype)
+    sizes = his - los
+    if bsz is None:
+        bsz = int(sizes.max())
+        perms, p0s = np.zeros(1, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    else:
+        take = np.minimum(sizes, bsz)
+        p0s = np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64)
+        perms = np.empty(int(take.sum()), dtype=np.int64)
+        for i in range(m):
+            if sizes[i] > bsz:
+                order = client_shuffles(int(sizes[i]), 1, seed, round_index, int(ids[i]))[0]
+                perms[p0s[i] : p0s[i] + bsz] = order[:bsz] + los[i]
+    losses = np.empty(m, dtype=np.float64)
+    accs = np.empty(m, dtype=np.float64)
+    H, act = model._kernel_dims()
+    dims = (H, model.n_classes, act, float(model.l2))
+    all_rows = np.arange(X.shape[0], dtype=np.int64)
+    gradient_clients(theta, X, y, all_rows, los, his, perms, p0s, bsz, dims, out, losses, accs)
     return LocalResult(out, losses, accs, sizes)
 
 
@@ -192,6 +310,9 @@ def sgd_reference(
     lr: float,
     momentum: float = 0.0,
     prox_mu: float = 0.0,
+    propfair_m: float | None = None,
+    propfair_epsilon: float = 0.2,
+    propfair_huber: bool = False,
 ) -> tuple[np.ndarray, float, float]:
     """One client's local SGD in plain NumPy: the specification of :func:`train_clients`.
 
@@ -204,7 +325,7 @@ def sgd_reference(
         The client's training rows.
     order : ndarray of int, shape (epochs, n)
         Visiting order of each epoch (e.g. from :func:`client_shuffles`).
-    batch_size, lr, momentum, prox_mu
+    batch_size, lr, momentum, prox_mu, propfair_m, propfair_epsilon, propfair_huber
         As in :func:`train_clients`.
 
     Returns
@@ -216,6 +337,7 @@ def sgd_reference(
     """
     theta = model._check_params(params)
     _, batch_size, lr, momentum, prox_mu = _check_hyper(1, batch_size, lr, momentum, prox_mu)
+    pf_m, pf_eps, pf_huber = check_propfair(propfair_m, propfair_epsilon, propfair_huber)
     order = as_int_array(order, "order", ndim=2, min_value=0)
     loss0 = model.loss(theta, X, y)
     acc0 = model.accuracy(theta, X, y)
@@ -225,7 +347,10 @@ def sgd_reference(
     for perm in order:
         for s in range(0, n, batch_size):
             batch = perm[s : s + batch_size]
-            g = model.grad(w, X[batch], y[batch]) + prox_mu * (w - theta)
+            g = model.grad(w, X[batch], y[batch])
+            if pf_m > 0:
+                g = g * propfair_scale(model.loss(w, X[batch], y[batch]), pf_m, pf_eps, pf_huber)
+            g = g + prox_mu * (w - theta)
             v = momentum * v + g
             w = w - lr * v
     return theta - w, loss0, acc0

@@ -24,12 +24,12 @@ import numpy as np
 
 from models import FlatModel
 
-from ._checks import check_choice, check_int
-from .local import train_clients
+from ._checks import check_choice, check_int, check_real
+from .local import check_propfair, client_gradients, train_clients
 from .metrics import fairness_summary
 from .rules import make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
-from .types import RoundReports, Rule
+from .types import RoundReports, Rule, check_local_spec
 
 __all__ = ["History", "simulate"]
 
@@ -206,7 +206,10 @@ def simulate(
     clients_per_round : int
         m in [1, K] clients sampled each round without replacement.
     epochs, batch_size, lr, momentum, prox_mu
-        Local training (see :func:`fairagg.local.train_clients`).
+        Local training (see :func:`fairagg.local.train_clients`). What the clients compute is
+        the rule's :class:`~fairagg.types.LocalSpec`: local training (on PropFair's surrogate
+        for ``propfair``), or, for the SGD-type rules (``qfedsgd``, ``afl``), one gradient per
+        client (:func:`fairagg.local.client_gradients`), for which these settings are unused.
     sampling : {"uniform", "proportional"}
         Uniform, or ∝ n_k (see :func:`fairagg.sampling.sample_clients`).
     seed : int
@@ -228,7 +231,8 @@ def simulate(
     Returns
     -------
     History
-        ``final_params`` holds θ^T.
+        ``final_params`` holds θ^T, or the model the rule reports in ``info["model"]`` (AFL's
+        average of its iterates), which is also the model evaluated.
 
     Raises
     ------
@@ -241,6 +245,10 @@ def simulate(
         raise TypeError(
             f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
         )
+    local_spec = check_local_spec(rule.local)
+    propfair = check_propfair(
+        local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
+    )
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
     K = int(np.asarray(data.train_offsets).size - 1)
@@ -249,6 +257,7 @@ def simulate(
     check_choice(sampling, "sampling", SAMPLING_SCHEMES)
     eval_every = check_int(eval_every, "eval_every", low=1)
     seed = check_int(seed, "seed", low=0)
+    lr = check_real(lr, "lr", low=0.0, low_open=True)
     if data.n_features != model.n_features or data.n_classes != model.n_classes:
         raise ValueError(
             f"model expects {model.n_features} features and {model.n_classes} classes; the data "
@@ -273,6 +282,7 @@ def simulate(
         "sampling": sampling,
         "seed": seed,
         "eval_every": eval_every,
+        "local": local_spec._asdict(),
     }
     if history is None:
         history = History()
@@ -280,6 +290,8 @@ def simulate(
     history.num_train_samples, history.num_test_samples = n_train, n_test
 
     state = rule.init(theta, K)
+    gradients = local_spec.report == "gradients"
+    # One (m, d) buffer, refilled each round: the displacements, or the gradients of SGD rules.
     deltas = np.empty((m, theta.size), dtype=theta.dtype)
     counts = np.zeros(K, dtype=np.int64)
     history.record_eval(0, *_evaluate(model, theta, data))
@@ -296,21 +308,36 @@ def simulate(
             S = sample_clients(K, m, rng, scheme=sampling, num_samples=n_train)
             counts[S] += 1
             t0 = time.perf_counter()
-            local = train_clients(
-                model,
-                theta,
-                data,
-                S,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                momentum=momentum,
-                prox_mu=prox_mu,
-                seed=seed,
-                round_index=t,
-                out=deltas,
-                parallel=parallel,
-            )
+            if gradients:
+                local = client_gradients(
+                    model,
+                    theta,
+                    data,
+                    S,
+                    batch_size=local_spec.gradient_batch_size,
+                    seed=seed,
+                    round_index=t,
+                    out=deltas,
+                )
+            else:
+                local = train_clients(
+                    model,
+                    theta,
+                    data,
+                    S,
+                    epochs=epochs,
+                    batch_size=batch_size,
+                    lr=lr,
+                    momentum=momentum,
+                    prox_mu=prox_mu,
+                    seed=seed,
+                    round_index=t,
+                    out=deltas,
+                    parallel=parallel,
+                    propfair_m=propfair[0] or None,
+                    propfair_epsilon=propfair[1],
+                    propfair_huber=propfair[2],
+                )
             t1 = time.perf_counter()
             # deltas.sum() is a one-pass witness (no (m, d) temporary): any NaN or infinity makes
             # it non-finite; only then, or on an overflow of the sum, is every entry checked.
@@ -319,24 +346,36 @@ def simulate(
             )
             if not finite:
                 bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
+                what = "gradients" if gradients else "parameters"
                 raise FloatingPointError(
                     f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
-                    f"non-finite parameters or losses (lower lr, currently {lr})"
+                    f"non-finite {what} or losses (lower lr, currently {lr})"
                 )
             reports = RoundReports(
-                deltas, n_train[S], local.losses, local.accuracies, counts[S].copy(), S, t, K
+                None if gradients else deltas,
+                n_train[S],
+                local.losses,
+                local.accuracies,
+                counts[S].copy(),
+                S,
+                t,
+                K,
+                deltas if gradients else None,
+                lr,
             )
             agg = rule.step(theta, reports, state)
             t2 = time.perf_counter()
-            if not np.all(np.isfinite(agg.params)):
+            # The model the rule reports (AFL: the average of its iterates) is what is evaluated.
+            reported = agg.info.get("model", agg.params)
+            if not (np.all(np.isfinite(agg.params)) and np.all(np.isfinite(reported))):
                 raise FloatingPointError(
                     f"rule {rule.name!r} produced non-finite parameters in round {t + 1}"
                 )
             theta, state = agg.params, agg.state
             history.record_round(t + 1, S, agg.info["weights"], local.losses, t1 - t0, t2 - t1)
-            history.final_params = theta  # rules return new arrays; nothing mutates theta
+            history.final_params = reported  # rules return new arrays; nothing mutates them
             if (t + 1) % eval_every == 0 or t + 1 == T:
-                history.record_eval(t + 1, *_evaluate(model, theta, data))
+                history.record_eval(t + 1, *_evaluate(model, reported, data))
             if bar is not None:
                 bar.update(1)
                 acc = history.latest("test_accuracy") @ n_test / n_test.sum()

@@ -8,7 +8,13 @@ A rule is a pair of pure functions, in the optax ``init``/``update`` pattern:
 ``step`` never mutates ``params``, ``reports`` or ``state``; the new state is returned anew and
 ``info`` holds at least ``"weights"``, the effective weight of each reporting client in the update
 ``θ^{t+1} = θ^t − Σ_k weights_k δ_k`` (for rules that are not of that form, the weights that
-describe them best, documented by the rule), plus any diagnostic.
+describe them best, documented by the rule), plus any diagnostic. A rule whose reported model is
+not its iterate (AFL reports the running average of its iterates) also puts that model in
+``info["model"]``; the simulator evaluates it and keeps it as the run's final model.
+
+What the clients compute for a rule is its :class:`LocalSpec` (``Rule.local``): local training
+that reports displacements δ_k (the default), local training on PropFair's surrogate loss, or one
+gradient ∇F_k(θ^t) per client for the SGD-type rules (SPEC §0).
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_int_array, check_int
+from ._checks import as_float_array, as_int_array, check_int, check_real
 
-__all__ = ["Aggregate", "EmptyState", "RoundReports", "Rule", "make_reports"]
+__all__ = ["Aggregate", "EmptyState", "LocalSpec", "RoundReports", "Rule", "make_reports"]
 
 
 class RoundReports(NamedTuple):
@@ -28,8 +34,9 @@ class RoundReports(NamedTuple):
 
     Attributes
     ----------
-    deltas : ndarray, shape (m, d)
-        δ_k = θ^t − θ_k, float32 or float64.
+    deltas : ndarray, shape (m, d), or None
+        δ_k = θ^t − θ_k, float32 or float64. None in rounds of an SGD-type rule, whose clients
+        report ``gradients`` instead.
     num_samples : ndarray of int64, shape (m,)
         n_k, the size of each client's training split.
     losses : ndarray of float64, shape (m,), optional
@@ -44,9 +51,14 @@ class RoundReports(NamedTuple):
         t, counting rounds from 0.
     num_clients : int, optional
         K, the number of clients in the federation (0 when unknown).
+    gradients : ndarray, shape (m, d), optional
+        g_k = ∇F_k(θ^t), full-batch or on one minibatch, for the SGD-type rules (q-FedSGD, AFL).
+    lr : float, optional
+        The round's learning rate: the clients' local step, or for the SGD-type rules the step
+        the rule takes. q-FFL's L = 1/lr reads it when the rule is not given one.
     """
 
-    deltas: np.ndarray
+    deltas: np.ndarray | None
     num_samples: np.ndarray
     losses: np.ndarray | None = None
     accuracies: np.ndarray | None = None
@@ -54,6 +66,8 @@ class RoundReports(NamedTuple):
     client_ids: np.ndarray | None = None
     round_index: int = 0
     num_clients: int = 0
+    gradients: np.ndarray | None = None
+    lr: float | None = None
 
 
 class Aggregate(NamedTuple):
@@ -78,13 +92,62 @@ class EmptyState(NamedTuple):
     """State of a stateless rule."""
 
 
+#: What :class:`LocalSpec` ``report`` may name.
+LOCAL_REPORTS = ("deltas", "gradients")
+
+
+class LocalSpec(NamedTuple):
+    """What the selected clients compute for a rule (SPEC §0, §6).
+
+    Attributes
+    ----------
+    report : {"deltas", "gradients"}
+        ``"deltas"``: local training, reporting δ_k = θ^t − θ_k in ``RoundReports.deltas``.
+        ``"gradients"``: no training; each client reports g_k = ∇F_k(θ^t) in
+        ``RoundReports.gradients`` (``deltas`` is None).
+    gradient_batch_size : int, optional
+        For ``report="gradients"``: None for the full-batch gradient, else the mean gradient over
+        the first ``gradient_batch_size`` rows of the client's seeded shuffle of the round (all its
+        rows when it has fewer).
+    propfair_m : float, optional
+        For ``report="deltas"``: train on PropFair's surrogate −log(1 − f/M) of each minibatch
+        loss f instead of f itself (SPEC §6); None trains on the loss.
+    propfair_epsilon : float
+        PropFair's ε: where M − f < ε the surrogate is continued by f/M, or by f/ε when
+        ``propfair_huber``.
+    propfair_huber : bool
+        Use the Huber continuation f/ε.
+    """
+
+    report: str = "deltas"
+    gradient_batch_size: int | None = None
+    propfair_m: float | None = None
+    propfair_epsilon: float = 0.2
+    propfair_huber: bool = False
+
+
+def check_local_spec(spec: Any) -> LocalSpec:
+    """Validate a :class:`LocalSpec` (``TypeError``/``ValueError`` naming the field)."""
+    if not isinstance(spec, LocalSpec):
+        raise TypeError(f"rule.local must be a fairagg.LocalSpec; got {type(spec).__name__}")
+    if spec.report not in LOCAL_REPORTS:
+        raise ValueError(f"LocalSpec.report must be one of {LOCAL_REPORTS}; got {spec.report!r}")
+    if spec.gradient_batch_size is not None:
+        check_int(spec.gradient_batch_size, "LocalSpec.gradient_batch_size", low=1)
+    if spec.propfair_m is not None and spec.report != "deltas":
+        raise ValueError("LocalSpec.propfair_m applies to local training (report='deltas')")
+    return spec
+
+
 class Rule(NamedTuple):
-    """An aggregation rule: a name, its hyper-parameters and the pure ``init``/``step`` pair."""
+    """An aggregation rule: a name, its hyper-parameters, the pure ``init``/``step`` pair and what
+    the clients must compute for it (:class:`LocalSpec`; local training by default)."""
 
     name: str
     init: Callable[[np.ndarray, int], Any]
     step: Callable[[np.ndarray, RoundReports, Any], Aggregate]
     hyperparams: Mapping[str, Any]
+    local: LocalSpec = LocalSpec()
 
 
 def make_reports(
@@ -97,15 +160,26 @@ def make_reports(
     client_ids: Any = None,
     round_index: int = 0,
     num_clients: int = 0,
+    gradients: Any = None,
+    lr: float | None = None,
 ) -> RoundReports:
     """Validate arrays and build a :class:`RoundReports`.
 
-    Every array must have m entries along its first axis; ``deltas`` must be a finite 2-D float
-    array, ``num_samples`` positive integers, ``losses`` finite and ≥ 0, ``accuracies`` in
-    [0, 1], ``participations`` ≥ 1. Raises ``TypeError``/``ValueError`` naming the argument.
+    Every array must have m entries along its first axis; ``deltas`` and ``gradients`` must be
+    finite 2-D float arrays of the same shape (``deltas`` may be None when ``gradients`` is
+    given), ``num_samples`` positive integers, ``losses`` finite and ≥ 0, ``accuracies`` in
+    [0, 1], ``participations`` ≥ 1, ``lr`` > 0. Raises ``TypeError``/``ValueError`` naming the
+    argument.
     """
-    D = as_float_array(deltas, "deltas", ndim=2, min_size=1)
-    m = D.shape[0]
+    if deltas is None and gradients is None:
+        raise ValueError("deltas may be None only when gradients are given")
+    D = None if deltas is None else as_float_array(deltas, "deltas", ndim=2, min_size=1)
+    G = None
+    if gradients is not None:
+        G = as_float_array(
+            gradients, "gradients", ndim=2, min_size=1, shape=None if D is None else D.shape
+        )
+    m = (D if D is not None else G).shape[0]
     n = as_int_array(num_samples, "num_samples", min_value=1)
 
     def _vec(x: Any, name: str) -> np.ndarray | None:
@@ -114,8 +188,9 @@ def make_reports(
         a = as_float_array(x, name, shape=(m,), dtype=np.float64, allow_int=True)
         return a
 
+    first = "deltas" if D is not None else "gradients"
     if n.shape != (m,):
-        raise ValueError(f"num_samples must have shape ({m},) to match deltas; got {n.shape}")
+        raise ValueError(f"num_samples must have shape ({m},) to match {first}; got {n.shape}")
     L = _vec(losses, "losses")
     if L is not None and np.any(L < 0):
         raise ValueError(f"losses must be >= 0 (mean training losses); got minimum {L.min()}")
@@ -141,31 +216,39 @@ def make_reports(
         ids,
         check_int(round_index, "round_index", low=0),
         check_int(num_clients, "num_clients", low=0),
+        G,
+        None if lr is None else check_real(lr, "lr", low=0.0, low_open=True),
     )
 
 
 def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ()) -> RoundReports:
     """Cheap structural check of ``reports`` against ``params`` at a rule's boundary.
 
-    Verifies the type, that ``deltas`` is (m, d) with d = len(params), that every present per-client
-    array has m entries, and that the fields in ``needs`` (e.g. ``("losses",)``) are present.
-    Finiteness of ``deltas`` is checked by the rules on their O(d) output (a NaN or infinity in
-    ``deltas`` always reaches it), so that validation never costs a second pass over (m, d).
+    Verifies the type, that the client matrix is (m, d) with d = len(params) (``gradients`` for a
+    rule whose ``needs`` include ``"gradients"``, ``deltas`` otherwise), that every present
+    per-client array has m entries, and that the fields in ``needs`` (e.g. ``("losses",)``) are
+    present. Finiteness of the matrix is checked by the rules on their O(d) output (a NaN or
+    infinity in it always reaches it), so that validation never costs a second pass over (m, d).
     """
     if not isinstance(reports, RoundReports):
         raise TypeError(
             f"reports must be a fairagg.RoundReports (see fairagg.make_reports); got "
             f"{type(reports).__name__}"
         )
-    D = reports.deltas
+    key = "gradients" if "gradients" in needs else "deltas"
+    D = getattr(reports, key)
+    if D is None and key == "gradients":
+        raise ValueError(
+            "this rule needs reports.gradients (g_k = ∇F_k(θ^t) per client); it is None"
+        )
     if not isinstance(D, np.ndarray) or D.ndim != 2 or D.dtype.kind != "f":
-        raise TypeError("reports.deltas must be a 2-D float32/float64 array of shape (m, d)")
+        raise TypeError(f"reports.{key} must be a 2-D float32/float64 array of shape (m, d)")
     m = D.shape[0]
     if m == 0:
         raise ValueError("reports must hold at least one client; got m = 0")
     if D.shape[1] != params.shape[0]:
         raise ValueError(
-            f"reports.deltas must have d = {params.shape[0]} columns to match params; got "
+            f"reports.{key} must have d = {params.shape[0]} columns to match params; got "
             f"shape {D.shape}"
         )
     for name in ("num_samples", "losses", "accuracies", "participations", "client_ids"):
@@ -177,3 +260,22 @@ def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ())
         if np.shape(v) != (m,):
             raise ValueError(f"reports.{name} must have shape ({m},); got {np.shape(v)}")
     return reports
+
+
+def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
+    """Indices in [0, K) of the reporting clients (``client_ids``, or 0..m−1 when absent)."""
+    m = len(reports.num_samples)
+    if reports.client_ids is None:
+        if m > num_clients:
+            raise ValueError(
+                f"reports hold m = {m} clients but the rule was built for K = {num_clients}"
+            )
+        return np.arange(m)
+    ids = np.asarray(reports.client_ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_clients):
+        raise ValueError(
+            f"reports.client_ids must lie in [0, {num_clients}); got {ids.min()}..{ids.max()}"
+        )
+    if np.unique(ids).size != ids.size:
+        raise ValueError("reports.client_ids must be distinct")
+    return ids

@@ -205,9 +205,11 @@ def sgd_one_client(theta, X, y, all_rows, lo, hi, perm, p0, hyper, delta):
     ``delta`` and returns (F_k(theta), training accuracy of theta).
 
     The client owns rows ``lo:hi``; ``perm[p0 : p0 + epochs*(hi-lo)]`` holds its visiting order;
-    ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2)``.
+    ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber)``; ``pf_m > 0``
+    trains on PropFair's surrogate −log(1 − f/M) of each minibatch loss f: the minibatch gradient
+    is scaled by 1/(M − f), or by 1/M (1/ε when ``pf_huber``) where M − f < ε (SPEC §6).
     """
-    epochs, B, lr, mu, prox, H, C, act, l2 = hyper
+    epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber = hyper
     d = theta.size
     n = hi - lo
     work = np.empty(work_size(H, C), dtype=theta.dtype)
@@ -220,7 +222,17 @@ def sgd_one_client(theta, X, y, all_rows, lo, hi, perm, p0, hyper, delta):
         base = p0 + e * n
         for s in range(0, n, B):
             stop = min(s + B, n)
-            batch_loss_grad(w, X, y, perm, base + s, base + stop, H, C, act, l2, g, work)
+            f, _ = batch_loss_grad(w, X, y, perm, base + s, base + stop, H, C, act, l2, g, work)
+            if pf_m > 0.0:
+                gap = pf_m - f
+                if gap >= pf_eps:
+                    scale = 1.0 / gap
+                elif pf_huber:
+                    scale = 1.0 / pf_eps
+                else:
+                    scale = 1.0 / pf_m
+                for q in range(d):
+                    g[q] *= scale
             if prox != 0.0:
                 for q in range(d):
                     g[q] += prox * (w[q] - theta[q])
@@ -252,4 +264,35 @@ def sgd_clients_parallel(theta, X, y, all_rows, los, his, perms, p0s, hyper, del
     for i in prange(los.size):
         losses[i], accs[i] = sgd_one_client(
             theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, deltas[i]
+        )
+
+
+# --- one gradient per client (the SGD-type rules: q-FedSGD, AFL) -----------------------------
+
+
+@njit(cache=True)
+def gradient_one_client(theta, X, y, all_rows, lo, hi, perm, p0, bsz, dims, grad):
+    """Write ∇F_k(theta) into ``grad``: the full-batch mean gradient over rows ``lo:hi`` when
+    ``bsz >= hi - lo``, else the mean over the minibatch ``perm[p0 : p0 + bsz]``. Returns
+    (F_k(theta), training accuracy of theta) over all the client's rows; ``dims = (H, C, act,
+    l2)``."""
+    H, C, act, l2 = dims
+    n = hi - lo
+    work = np.empty(work_size(H, C), dtype=theta.dtype)
+    if bsz >= n:
+        loss, correct = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, grad, work)
+    else:
+        no_grad = np.empty(0, dtype=theta.dtype)
+        loss, correct = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work)
+        batch_loss_grad(theta, X, y, perm, p0, p0 + bsz, H, C, act, l2, grad, work)
+    return loss, correct / n
+
+
+@njit(cache=True, parallel=True)
+def gradient_clients(theta, X, y, all_rows, los, his, perms, p0s, bsz, dims, grads, losses, accs):
+    """One gradient per client, clients in parallel threads (each row of ``grads`` is computed
+    by one thread alone, so the result does not depend on the thread count)."""
+    for i in prange(los.size):
+        losses[i], accs[i] = gradient_one_client(
+            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], bsz, dims, grads[i]
         )

@@ -10,8 +10,12 @@ from typing import Any
 
 from ..types import Rule
 from .aaggff import aaggff_d, aaggff_s
+from .afl import afl
 from .fedavg import fairavg, fedavg
 from .oco import propfair_eg, qffl_eg, term_eg
+from .propfair import propfair
+from .qffl import qfedavg, qfedsgd
+from .term import term
 
 __all__ = ["RULES", "RuleSpec", "make_rule"]
 
@@ -33,7 +37,8 @@ class RuleSpec:
     summary : str
         One line: what the rule does.
     needs : tuple of str
-        Report fields the rule reads besides ``deltas`` and ``num_samples``.
+        Report fields the rule reads besides ``deltas`` and ``num_samples`` (``"gradients"``:
+        the clients report ∇F_k(θ^t) instead of ``deltas``).
     full_participation : bool
         The rule needs every one of the K clients in every round (cross-silo rules).
     """
@@ -63,6 +68,47 @@ RULES: dict[str, RuleSpec] = {
             "FairAvg (Michieli & Ozay 2021)",
             "eqs. 3, 5",
             "uniform average of client models, 1/m each",
+        ),
+        RuleSpec(
+            "qfedavg",
+            qfedavg,
+            "q-FFL (Li et al. 2020)",
+            "eq. 2, Alg. 1",
+            "q-FedAvg: θ − Σ F̃_k^q Δw_k / Σ h_k with the Lemma 12 step",
+            ("losses",),
+        ),
+        RuleSpec(
+            "qfedsgd",
+            qfedsgd,
+            "q-FFL (Li et al. 2020)",
+            "eq. 2, Alg. 3",
+            "q-FedSGD: the q-FedAvg step on full-batch client gradients",
+            ("losses", "gradients"),
+        ),
+        RuleSpec(
+            "afl",
+            afl,
+            "AFL (Mohri et al. 2019)",
+            "descent-ascent, SPEC §3",
+            "minimax: gradient step on Σ λ_k F_k, projected ascent on λ; averaged model",
+            ("losses", "gradients"),
+            full_participation=True,
+        ),
+        RuleSpec(
+            "term",
+            term,
+            "TERM (Li et al. 2021)",
+            "tilted objective, SPEC §6",
+            "weights ∝ p_k exp(t F_k); official variant with a running normaliser",
+            ("losses",),
+        ),
+        RuleSpec(
+            "propfair",
+            propfair,
+            "PropFair (Zhang et al. 2023)",
+            "surrogate −log(1 − f/M), SPEC §6",
+            "clients train on the PropFair surrogate; FedAvg aggregation",
+            ("losses",),
         ),
         RuleSpec(
             "qffl-eg",

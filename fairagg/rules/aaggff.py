@@ -40,7 +40,7 @@ from ..online import (
     quadratic_ftrl_round,
 )
 from ..simplex import QPFactor, log_normalize
-from ..types import Aggregate, RoundReports, Rule, check_reports
+from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
 from .fedavg import apply_weighted_update
 
 __all__ = ["AAgFFDState", "AAgFFSState", "aaggff_d", "aaggff_s", "client_indices"]
@@ -63,25 +63,6 @@ class AAgFFDState(NamedTuple):
     grad_sum: np.ndarray
     rounds: int
     logits: np.ndarray
-
-
-def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
-    """Indices in [0, K) of the reporting clients (``client_ids``, or 0..m−1 when absent)."""
-    m = reports.deltas.shape[0]
-    if reports.client_ids is None:
-        if m > num_clients:
-            raise ValueError(
-                f"reports hold m = {m} clients but the rule was built for K = {num_clients}"
-            )
-        return np.arange(m)
-    ids = np.asarray(reports.client_ids, dtype=np.int64)
-    if ids.size and (ids.min() < 0 or ids.max() >= num_clients):
-        raise ValueError(
-            f"reports.client_ids must lie in [0, {num_clients}); got {ids.min()}..{ids.max()}"
-        )
-    if np.unique(ids).size != ids.size:
-        raise ValueError("reports.client_ids must be distinct")
-    return ids
 
 
 def _common(cdf: str, server_lr: float, variant: str, backend: str) -> float:

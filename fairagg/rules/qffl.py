@@ -1,7 +1,8 @@
 """q-FFL: the objective and the server steps of q-FedAvg and q-FedSGD (Li et al. 2020, eq. 2,
 Algs. 1 and 3, Lemma 12; SPEC §2).
 
-Formula functions (plain arrays in, arrays out):
+Registry rules: :func:`qfedavg` (``"qfedavg"``) and :func:`qfedsgd` (``"qfedsgd"``, whose clients
+report full-batch gradients). Formula functions (plain arrays in, arrays out):
 
 - :func:`qffl_objective`: f_q(w) = Σ_k p_k F_k(w)^{q+1}/(q+1);
 - :func:`qfedavg_step`: Alg. 1's server update from the clients' displacements δ_k = θ^t − θ_k;
@@ -25,12 +26,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_real
+from .._checks import as_float_array, check_int, check_real
+from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
 
 __all__ = [
     "QStep",
     "lipschitz_q",
+    "qfedavg",
     "qfedavg_step",
+    "qfedsgd",
     "qfedsgd_step",
     "qffl_objective",
 ]
@@ -200,3 +204,107 @@ def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:
     if f == 0 and qv < 1:
         raise ValueError("loss must be positive for 0 < q < 1 (f^(q-1) is undefined at 0)")
     return Lv * f**qv + qv * f ** (qv - 1.0) * g2
+
+
+# --------------------------------------------------------------------------------------------
+# Registry rules
+# --------------------------------------------------------------------------------------------
+
+
+def _lipschitz_of(lipschitz: float | None, reports: RoundReports, name: str) -> float:
+    """L: the rule's ``lipschitz`` if given, else 1/reports.lr (SPEC §2: L = 1/lr)."""
+    if lipschitz is not None:
+        return lipschitz
+    if reports.lr is None:
+        raise ValueError(
+            f"{name} needs L = 1/lr: build it with lipschitz=L, or pass reports with lr set "
+            "(fairagg.simulate does)"
+        )
+    return 1.0 / reports.lr
+
+
+def _check_rule_hyper(q: float, lipschitz: float | None, epsilon: float) -> tuple:
+    qv = _check_q(q)
+    L = None if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    return qv, L, check_real(epsilon, "epsilon", low=0.0)
+
+
+def qfedavg(
+    *, q: float = 1.0, lipschitz: float | None = None, epsilon: float = DEFAULT_EPSILON
+) -> Rule:
+    """q-FedAvg (q-FFL Alg. 1; SPEC §2) as a rule: :func:`qfedavg_step` on the round's reports.
+
+    Parameters
+    ----------
+    q : float
+        q ≥ 0; q = 0 is the unweighted mean of the client models.
+    lipschitz : float, optional
+        L > 0. Default 1/lr with lr the clients' learning rate of the round (``reports.lr``),
+        as in the paper and its public code.
+    epsilon : float
+        ε ≥ 0 added to the losses.
+
+    ``info``: ``"weights"`` the weight L·w_k on each δ_k (θ^{t+1} = θ^t − Σ_k weights_k δ_k),
+    ``"h_sum"`` Σ_k h_k. The result has the dtype of ``params``.
+    """
+    qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)
+
+    def init(params: np.ndarray, num_clients: int) -> EmptyState:
+        del params, num_clients
+        return EmptyState()
+
+    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta, needs=("losses",))
+        L = _lipschitz_of(L0, reports, "qfedavg")
+        res = qfedavg_step(theta, reports.deltas, reports.losses, qv, 1.0 / L, eps)
+        info = {"weights": L * res.weights, "h_sum": res.h_sum}
+        return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
+
+    return Rule("qfedavg", init, step, {"q": qv, "lipschitz": L0, "epsilon": eps})
+
+
+def qfedsgd(
+    *,
+    q: float = 1.0,
+    lipschitz: float | None = None,
+    epsilon: float = DEFAULT_EPSILON,
+    static_step: bool = False,
+    batch_size: int | None = None,
+) -> Rule:
+    """q-FedSGD (q-FFL Alg. 3; SPEC §2) as a rule: :func:`qfedsgd_step` on the clients'
+    gradients ∇F_k(θ^t).
+
+    Parameters
+    ----------
+    q, lipschitz, epsilon
+        As in :func:`qfedavg`; L defaults to 1/lr with lr the simulation's learning rate.
+    static_step : bool
+        h_k = L F̃_k^q (the tuned-FedSGD baseline).
+    batch_size : int, optional
+        Gradients on one minibatch of this size per client (None: full batch, as in the paper).
+
+    ``info``: ``"weights"`` w_k with θ^{t+1} = θ^t − Σ_k w_k ∇F_k, ``"h_sum"`` Σ_k h_k.
+    """
+    qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)
+    if not isinstance(static_step, (bool, np.bool_)):
+        raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
+    static = bool(static_step)
+    bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
+
+    def init(params: np.ndarray, num_clients: int) -> EmptyState:
+        del params, num_clients
+        return EmptyState()
+
+    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
+        theta = as_float_array(params, "params", ndim=1, finite=False)
+        check_reports(reports, theta, needs=("losses", "gradients"))
+        L = _lipschitz_of(L0, reports, "qfedsgd")
+        res = qfedsgd_step(theta, reports.gradients, reports.losses, qv, 1.0 / L, eps, static)
+        info = {"weights": res.weights, "h_sum": res.h_sum}
+        return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
+
+    hyper = {"q": qv, "lipschitz": L0, "epsilon": eps, "static_step": static, "batch_size": bsz}
+    return Rule(
+        "qfedsgd", init, step, hyper, LocalSpec(report="gradients", gradient_batch_size=bsz)
+    )

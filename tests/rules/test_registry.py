@@ -35,6 +35,8 @@ def full_rounds(draw, full_participation=False):
         client_ids=np.array(draw(st.permutations(range(K)))[:m], dtype=np.int64),
         round_index=draw(st.integers(0, 19)),
         num_clients=K,
+        gradients=draw(hnp.arrays(np.float64, (m, d), elements=finite_floats(1.0))),
+        lr=draw(st.floats(0.01, 1.0)),
     )
     return theta, K, reports
 
@@ -46,7 +48,9 @@ def test_registry_entry_is_documented(name):
     assert spec.name == name
     for field in (spec.paper, spec.equations, spec.summary):
         assert isinstance(field, str) and field.strip()
-    assert set(spec.needs) <= set(RoundReports._fields[2:6])
+    assert set(spec.needs) <= set(RoundReports._fields[2:6]) | {"gradients"}
+    # A rule that reads gradients makes its clients report them, and conversely.
+    assert ("gradients" in spec.needs) == (spec.factory().local.report == "gradients")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,10 +67,13 @@ def test_make_rule_builds_rule_of_that_name(name):
 def test_rule_init_step_contract(name, data):
     theta, K, reports = data.draw(full_rounds(RULES[name].full_participation))
     m, d = reports.deltas.shape
+    if "gradients" in RULES[name].needs:
+        reports = reports._replace(deltas=None)  # as the simulator sends them
     rule = make_rule(name)
     state = rule.init(theta, K)
     theta_copy = theta.copy()
-    copies = [np.copy(f) for f in reports[:6]]
+    arrays = [f for f in reports if isinstance(f, np.ndarray)]
+    copies = [np.copy(f) for f in arrays]
     state_copy = state
     agg = rule.step(theta, reports, state)
     assert isinstance(agg, Aggregate)
@@ -79,7 +86,7 @@ def test_rule_init_step_contract(name, data):
     assert np.all(np.isfinite(weights))
     # Purity: nothing the rule was given has changed.
     np.testing.assert_array_equal(theta, theta_copy)
-    for field, copy in zip(reports[:6], copies, strict=True):
+    for field, copy in zip(arrays, copies, strict=True):
         np.testing.assert_array_equal(field, copy)
     assert state == state_copy
     # A second step on the returned state works too.
@@ -98,8 +105,12 @@ def test_rule_rejects_reports_missing_needed_fields(name):
         assert np.all(np.isfinite(agg.params))
         return
     rule = make_rule(name)
-    with pytest.raises(ValueError, match=needs[0]):
-        rule.step(np.zeros(2), make_reports(np.ones((2, 2)), [1, 2]), rule.init(np.zeros(2), 2))
+    given_all = {"losses": [0.5, 1.0], "gradients": np.ones((2, 2)), "lr": 0.1}
+    for missing in needs:
+        fields = {k: v for k, v in given_all.items() if k != missing}
+        reports = make_reports(np.ones((2, 2)), [1, 2], **fields)
+        with pytest.raises(ValueError, match=missing):
+            rule.step(np.zeros(2), reports, rule.init(np.zeros(2), 2))
 
 
 @pytest.mark.parametrize("name", ["fedprox", "FedAvg", "", "fed avg"])
