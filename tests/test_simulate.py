@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fairagg import History, fairavg, fairavg_weights, fedavg, simulate
+from fairagg import History, LocalSpec, fairavg, fairavg_weights, fedavg, make_reports, simulate
 from fairagg.data import synthetic
-from fairagg.local import train_clients
+from fairagg.local import client_gradients, train_clients
+from fairagg.rules.afl import afl
+from fairagg.rules.qffl import qfedsgd
 from fairagg.sampling import sample_clients
 from fairagg.types import Aggregate, EmptyState, Rule
 from models import MLP, LogisticRegression
@@ -175,3 +177,112 @@ def test_rule_by_name_and_bad_inputs(model, data):
         _run(fedavg(), model, data, rounds=0)
     with pytest.raises(TypeError, match="rule"):
         _run(object(), model, data)
+
+
+# --------------------------------------------------------------------------------------------
+# what the clients compute: LocalSpec
+# --------------------------------------------------------------------------------------------
+
+
+def _spec_rule(log, local):
+    """A rule that records its reports and takes a FairAvg step on whatever matrix it gets."""
+
+    def init(params, num_clients):
+        return EmptyState()
+
+    def step(params, reports, state):
+        log.append(reports)
+        M = reports.gradients if reports.deltas is None else reports.deltas
+        w = np.full(M.shape[0], 1.0 / M.shape[0])
+        return Aggregate(params - w @ M, state, {"weights": w})
+
+    return Rule("spec", init, step, {}, local)
+
+
+def test_gradient_rules_get_full_batch_gradients_and_the_round_lr(model, data):
+    log = []
+    # One round: the simulator refills one buffer each round, and the log keeps references.
+    h = _run(_spec_rule(log, LocalSpec(report="gradients")), model, data, rounds=1, lr=0.3)
+    theta0 = model.init_params(7)
+    rep = log[0]
+    assert rep.deltas is None and rep.lr == 0.3
+    full = client_gradients(model, theta0, data, h.selected[0])
+    assert_close(rep.gradients, full.deltas)
+    assert_close(rep.losses, full.losses)
+    assert h.config["local"]["report"] == "gradients"
+
+
+def test_minibatch_gradient_spec_is_passed_through(model, data):
+    log = []
+    _run(
+        _spec_rule(log, LocalSpec(report="gradients", gradient_batch_size=4)), model, data, rounds=1
+    )
+    S = log[0].client_ids
+    mb = client_gradients(model, model.init_params(7), data, S, batch_size=4, seed=7)
+    assert_close(log[0].gradients, mb.deltas)
+
+
+def test_propfair_spec_trains_on_the_surrogate(model, data):
+    log = []
+    spec = LocalSpec(propfair_m=3.0, propfair_epsilon=0.2, propfair_huber=True)
+    _run(_spec_rule(log, spec), model, data, rounds=1)
+    S = log[0].client_ids
+    ref = train_clients(
+        model,
+        model.init_params(7),
+        data,
+        S,
+        epochs=2,
+        batch_size=10,
+        lr=0.05,
+        seed=7,
+        propfair_m=3.0,
+        propfair_huber=True,
+    )
+    assert_close(log[0].deltas, ref.deltas)
+
+
+def test_qfedsgd_q0_full_participation_is_gradient_descent_on_the_mean_loss(model, data):
+    K = data.num_clients
+    h = _run(qfedsgd(q=0.0), model, data, rounds=1, clients_per_round=K, lr=0.2)
+    theta0 = model.init_params(7)
+    G = client_gradients(model, theta0, data, np.arange(K)).deltas
+    assert_close(h.final_params, theta0 - 0.2 * G.mean(axis=0))
+
+
+def test_afl_evaluates_and_keeps_the_average_of_its_iterates(model, data):
+    K = data.num_clients
+    rule = afl(lambda_lr=0.1)
+    h = _run(rule, model, data, rounds=3, clients_per_round=K, lr=0.2)
+    theta = model.init_params(7)
+    state = rule.init(theta, K)
+    for t in range(3):
+        g = client_gradients(model, theta, data, h.selected[t])
+        rep = make_reports(
+            None,
+            data.num_train_samples[h.selected[t]],
+            losses=g.losses,
+            gradients=g.deltas,
+            client_ids=h.selected[t],
+            lr=0.2,
+            num_clients=K,
+        )
+        agg = rule.step(theta, rep, state)
+        theta, state = agg.params, agg.state
+    assert_close(h.final_params, state.average)
+    test_loss, _ = model.evaluate_clients(
+        state.average, data.X_test, data.y_test, data.test_offsets
+    )
+    assert_close(h.test_loss[-1], test_loss)
+
+
+def test_invalid_local_spec_is_rejected(model, data):
+    bad = _spec_rule([], LocalSpec(report="hessians"))
+    with pytest.raises(ValueError, match="report"):
+        _run(bad, model, data)
+    bad = _spec_rule([], LocalSpec(report="gradients", propfair_m=3.0))
+    with pytest.raises(ValueError, match="propfair_m"):
+        _run(bad, model, data)
+    bad = _spec_rule([], "gradients")
+    with pytest.raises(TypeError, match="LocalSpec"):
+        _run(bad, model, data)

@@ -14,8 +14,10 @@ t < 0 down-weights high-loss clients.
 
 ``variant="official"`` (the federated TERM of the TERM authors' public code): a running
 normaliser S⁰ = 0, S ← ½ S + ½ mean_{k∈S} e^{t(F_k − max F)} each round,
-ω_k = e^{t(F_k − max F)} / (m S) and θ^{t+1} = θ^t − (1/m) Σ_k ω_k δ_k (the weights need not sum
-to 1; in the first round they sum to 2). ``weighting`` is ignored there.
+ω_k = e^{t(F_k − max F)} / (m S) and θ^{t+1} = θ^t − (1/m) Σ_k ω_k δ_k, the average of the
+clients' θ^t − ω_k δ_k. Σ ω_k is 2 in the first round and tends to 1 as S settles, so the weights
+on the δ_k sum to 2/m, then about 1/m: the official step is about 1/m of FairAvg's. ``weighting``
+is ignored there.
 """
 
 from __future__ import annotations

@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fairagg.rules.qffl import lipschitz_q, qfedavg_step, qfedsgd_step, qffl_objective
+from fairagg import EmptyState, fairavg, make_reports
+from fairagg.rules.qffl import (
+    lipschitz_q,
+    qfedavg,
+    qfedavg_step,
+    qfedsgd,
+    qfedsgd_step,
+    qffl_objective,
+)
 from tests.strategies import finite_floats
 from tests.tolerances import assert_close
 
@@ -178,5 +186,76 @@ T2, D2 = np.zeros(2), np.eye(2)
     ],
 )
 def test_bad_input_raises_naming_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------------------------
+# the registry rules
+# --------------------------------------------------------------------------------------------
+
+
+@given(r=rounds(), q=st.sampled_from([0.0, 1.0, 5.0]), lr=st.sampled_from([0.01, 0.5]))
+def test_qfedavg_rule_is_the_step_with_l_from_the_round_lr(r, q, lr):
+    theta, D, F = r
+    reports = make_reports(D, np.ones(D.shape[0], dtype=np.int64), losses=F, lr=lr)
+    agg = qfedavg(q=q).step(theta, reports, EmptyState())
+    ref = qfedavg_step(theta, D, F, q, lr)
+    assert_close(agg.params, ref.params)
+    assert_close(agg.info["h_sum"], ref.h_sum)
+    # info["weights"] multiply δ_k: θ^{t+1} = θ^t − Σ_k weights_k δ_k.
+    assert_close(agg.params, theta - agg.info["weights"] @ D, scale=100.0)  # (re-summed)
+    # An explicit L overrides the round's lr.
+    fixed = qfedavg(q=q, lipschitz=1.0 / lr).step(theta, reports._replace(lr=0.123), EmptyState())
+    assert_close(fixed.params, ref.params)
+
+
+@given(r=rounds())
+def test_qfedavg_rule_with_q_zero_is_fairavg(r):
+    theta, D, F = r
+    reports = make_reports(D, np.arange(1, D.shape[0] + 1), losses=F, lr=0.1)
+    got = qfedavg(q=0.0).step(theta, reports, EmptyState())
+    want = fairavg().step(theta, reports, EmptyState())
+    assert_close(got.params, want.params)
+    assert_close(got.info["weights"], want.info["weights"])
+
+
+@given(r=rounds(), q=st.sampled_from([0.0, 1.0, 5.0]), static=st.booleans())
+def test_qfedsgd_rule_reads_the_gradients(r, q, static):
+    theta, G, F = r
+    reports = make_reports(None, np.ones(G.shape[0], dtype=np.int64), losses=F, gradients=G, lr=0.1)
+    rule = qfedsgd(q=q, static_step=static)
+    assert rule.local.report == "gradients"
+    agg = rule.step(theta, reports, EmptyState())
+    assert_close(agg.params, qfedsgd_step(theta, G, F, q, 0.1, static_step=static).params)
+
+
+def test_rules_keep_float32_params():
+    theta = np.ones(3, dtype=np.float32)
+    D = np.ones((2, 3), dtype=np.float32)
+    reports = make_reports(D, [1, 1], losses=[1.0, 2.0], gradients=D, lr=0.1)
+    for rule in (qfedavg(), qfedsgd()):
+        assert rule.step(theta, reports, EmptyState()).params.dtype == np.float32
+
+
+def test_rules_need_l_or_the_round_lr():
+    reports = make_reports(np.ones((2, 2)), [1, 1], losses=[1.0, 2.0], gradients=np.ones((2, 2)))
+    for rule in (qfedavg(), qfedsgd()):
+        with pytest.raises(ValueError, match="lipschitz"):
+            rule.step(np.zeros(2), reports, EmptyState())
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: qfedavg(q=-1.0), ValueError, "q"),
+        (lambda: qfedavg(lipschitz=0.0), ValueError, "lipschitz"),
+        (lambda: qfedavg(epsilon=-1e-3), ValueError, "epsilon"),
+        (lambda: qfedsgd(static_step=1), TypeError, "static_step"),
+        (lambda: qfedsgd(batch_size=0), ValueError, "batch_size"),
+        (lambda: qfedsgd(q=float("nan")), ValueError, "q"),
+    ],
+)
+def test_rule_hyperparameters_are_checked(call, exc, match):
     with pytest.raises(exc, match=match):
         call()

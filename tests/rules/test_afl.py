@@ -1,0 +1,223 @@
+"""Tests of fairagg.rules.afl: AFL's descent-ascent step (SPEC §3), its regret bound and the
+registry rule (full participation, gradients, averaged model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fairagg import make_reports
+from fairagg.rules.afl import AFLState, afl, afl_step
+from fairagg.simplex import project_simplex
+from models import LogisticRegression
+from tests.tolerances import assert_close
+
+MODEL = LogisticRegression(3, 3, l2=0.1)
+
+
+def federated_problem(seed: int, K: int = 3, n: int = 12):
+    """K clients of n rows each, with client-specific shifts so that their optima differ."""
+    rng = np.random.default_rng(seed)
+    clients = []
+    for _ in range(K):
+        X = rng.normal(size=(n, 3)) + rng.normal(scale=1.5, size=3)
+        y = rng.integers(0, 3, n)
+        y[:3] = np.arange(3)  # every class at every client
+        clients.append((X, y))
+    return clients
+
+
+def losses_and_grads(theta, clients):
+    F = np.array([MODEL.loss(theta, X, y) for X, y in clients])
+    G = np.array([MODEL.grad(theta, X, y) for X, y in clients])
+    return F, G
+
+
+def run_afl(clients, T, lr, lambda_lr, theta0):
+    """T AFL rounds with afl_step; returns the played points θ^0..θ^{T−1}, λ^0..λ^{T−1}, the
+    squared norms of the steps' gradients and the last iterate."""
+    K = len(clients)
+    theta, lam = theta0.copy(), np.full(K, 1.0 / K)
+    thetas, lams, g2, F2 = [], [], [], []
+    for _ in range(T):
+        F, G = losses_and_grads(theta, clients)
+        thetas.append(theta)
+        lams.append(lam)
+        g2.append(float(np.sum((lam @ G) ** 2)))
+        F2.append(float(F @ F))
+        theta, lam = afl_step(theta, G, F, lam, lr, lambda_lr)
+    return np.array(thetas), np.array(lams), np.array(g2), np.array(F2), theta
+
+
+# --------------------------------------------------------------------------------------------
+# the step
+# --------------------------------------------------------------------------------------------
+
+
+def test_afl_step_hand():
+    # θ' = [1, 1] − 0.1·(½[1, 0] + ½[0, 2]) = [0.95, 0.9];
+    # λ + 0.1 F = [0.6, 0.8] → projection subtracts τ = 0.2: [0.4, 0.6].
+    res = afl_step([1.0, 1.0], [[1.0, 0.0], [0.0, 2.0]], [1.0, 3.0], [0.5, 0.5], 0.1, 0.1)
+    assert_close(res.params, [0.95, 0.9])
+    assert_close(res.mixture, [0.4, 0.6])
+
+
+@given(
+    lam_raw=hnp.arrays(np.float64, st.integers(1, 8), elements=st.floats(0.01, 1.0)),
+    data=st.data(),
+    gl=st.floats(1e-3, 10.0),
+)
+def test_mixture_step_is_the_exact_projection_and_stays_on_the_simplex(lam_raw, data, gl):
+    K = lam_raw.size
+    lam = lam_raw / lam_raw.sum()
+    F = data.draw(hnp.arrays(np.float64, (K,), elements=st.floats(0.0, 5.0)))
+    res = afl_step(np.zeros(2), np.zeros((K, 2)), F, lam, 0.1, gl)
+    assert_close(res.mixture, project_simplex(lam + gl * F))
+    assert res.mixture.min() >= 0 and abs(res.mixture.sum() - 1) < 1e-12
+    # The ascent never lowers the weight of a client with the largest loss relative to others.
+    worst = np.flatnonzero(F == F.max())
+    assert np.all(res.mixture[worst] >= lam[worst] - 1e-12) or K == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    T=st.integers(5, 60),
+    gw=st.floats(0.01, 1.0),
+    gl=st.floats(0.01, 1.0),
+    w_seed=st.integers(0, 10_000),
+)
+def test_descent_ascent_regret_bound_holds_for_any_comparator(seed, T, gw, gl, w_seed):
+    """The online-gradient analysis of simultaneous descent-ascent: for the averages θ̄, λ̄ of the
+    played points and any comparator w,
+
+        max_k F_k(θ̄) − Σ_k λ̄_k F_k(w) ≤ [‖θ⁰ − w‖²/(2γ_w) + (γ_w/2) Σ_t ‖Σ_k λ_k^t g_k^t‖²
+                                          + ‖λ⁰ − e_k*‖²/(2γ_λ) + (γ_λ/2) Σ_t ‖F(θ^t)‖²] / T,
+
+    k* the worst client at θ̄ (F_k convex for logistic regression). With w the minimax point the
+    right-hand side bounds max_k F_k(θ̄) − V*."""
+    clients = federated_problem(seed)
+    theta0 = 0.1 * np.random.default_rng(seed + 1).normal(size=MODEL.num_params)
+    thetas, lams, g2, F2, _ = run_afl(clients, T, gw, gl, theta0)
+    theta_bar, lam_bar = thetas.mean(axis=0), lams.mean(axis=0)
+    F_bar, _ = losses_and_grads(theta_bar, clients)
+    k = int(np.argmax(F_bar))
+    w = np.random.default_rng(w_seed).normal(size=MODEL.num_params)
+    F_w, _ = losses_and_grads(w, clients)
+    e = np.zeros(len(clients))
+    e[k] = 1.0
+    K = len(clients)
+    bound = (
+        np.sum((theta0 - w) ** 2) / (2 * gw)
+        + gw / 2 * g2.sum()
+        + np.sum((np.full(K, 1 / K) - e) ** 2) / (2 * gl)
+        + gl / 2 * F2.sum()
+    ) / T
+    assert F_bar[k] - lam_bar @ F_w <= bound * (1 + 1e-9) + 1e-12
+
+
+# --------------------------------------------------------------------------------------------
+# the rule
+# --------------------------------------------------------------------------------------------
+
+
+def reports_for(theta, clients, order, lr=None):
+    F, G = losses_and_grads(theta, clients)
+    return make_reports(
+        None,
+        [X.shape[0] for X, _ in clients],
+        losses=F,
+        gradients=G,
+        lr=lr,
+        client_ids=np.arange(len(clients)),
+    )._replace(
+        num_samples=np.array([clients[k][0].shape[0] for k in order]),
+        losses=F[order],
+        gradients=G[order],
+        client_ids=np.asarray(order),
+    )
+
+
+def test_rule_equals_afl_step_and_reports_the_average_of_iterates():
+    clients = federated_problem(3)
+    rule = afl(lr=0.3, lambda_lr=0.2)
+    theta = np.zeros(MODEL.num_params)
+    state = rule.init(theta, 3)
+    assert isinstance(state, AFLState) and np.all(state.mixture == 1 / 3)
+    lam = state.mixture
+    iterates = []
+    for _ in range(5):
+        agg = rule.step(theta, reports_for(theta, clients, [0, 1, 2]), state)
+        F, G = losses_and_grads(theta, clients)
+        ref = afl_step(theta, G, F, lam, 0.3, 0.2)
+        assert_close(agg.params, ref.params)
+        assert_close(agg.info["mixture"], ref.mixture)
+        assert_close(agg.info["weights"], 0.3 * lam)
+        iterates.append(agg.params)
+        assert_close(agg.info["model"], np.mean(iterates, axis=0))
+        theta, state, lam = agg.params, agg.state, ref.mixture
+
+
+def test_rule_does_not_depend_on_the_order_clients_report_in():
+    clients = federated_problem(4)
+    rule = afl(lr=0.3, lambda_lr=0.2)
+    theta = 0.1 * np.ones(MODEL.num_params)
+    s0 = rule.init(theta, 3)._replace(mixture=np.array([0.2, 0.3, 0.5]))
+    a = rule.step(theta, reports_for(theta, clients, [0, 1, 2]), s0)
+    b = rule.step(theta, reports_for(theta, clients, [2, 0, 1]), s0)
+    assert_close(a.params, b.params)
+    assert_close(a.info["mixture"], b.info["mixture"])
+
+
+def test_rule_takes_lr_from_the_reports_unless_given():
+    clients = federated_problem(5)
+    theta = np.zeros(MODEL.num_params)
+    r = reports_for(theta, clients, [0, 1, 2], lr=0.05)
+    by_reports = afl(lambda_lr=0.1).step(theta, r, afl().init(theta, 3))
+    given_lr = afl(lr=0.05, lambda_lr=0.1).step(theta, r._replace(lr=None), afl().init(theta, 3))
+    assert_close(by_reports.params, given_lr.params)
+    with pytest.raises(ValueError, match="lr"):
+        afl().step(theta, r._replace(lr=None), afl().init(theta, 3))
+
+
+def test_rule_needs_every_client():
+    clients = federated_problem(6)
+    theta = np.zeros(MODEL.num_params)
+    with pytest.raises(ValueError, match="every one of the K = 4"):
+        afl(lr=0.1).step(theta, reports_for(theta, clients, [0, 1, 2]), afl().init(theta, 4))
+
+
+def test_lambda_lr_tiny_is_gradient_descent_on_the_mean_loss():
+    clients = federated_problem(7)
+    theta = np.zeros(MODEL.num_params)
+    agg = afl(lr=0.2, lambda_lr=1e-300).step(
+        theta, reports_for(theta, clients, [0, 1, 2]), afl().init(theta, 3)
+    )
+    _, G = losses_and_grads(theta, clients)
+    assert_close(agg.params, theta - 0.2 * G.mean(axis=0))
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: afl(lr=0.0), ValueError, "lr"),
+        (lambda: afl(lambda_lr=-1.0), ValueError, "lambda_lr"),
+        (lambda: afl(batch_size=0), ValueError, "batch_size"),
+        (lambda: afl_step([0.0], [[1.0]], [float("nan")], [1.0], 0.1, 0.1), ValueError, "losses"),
+        (lambda: afl_step([0.0], [[1.0]], [-1.0], [1.0], 0.1, 0.1), ValueError, "losses"),
+        (
+            lambda: afl_step([0.0], [[1.0], [1.0]], [1.0, 1.0], [0.7, 0.7], 0.1, 0.1),
+            ValueError,
+            "mixture",
+        ),
+        (lambda: afl_step([0.0, 0.0], [[1.0]], [1.0], [1.0], 0.1, 0.1), ValueError, "grads"),
+        (lambda: afl_step([0.0], [[np.inf]], [1.0], [1.0], 0.1, 0.1), ValueError, "grads"),
+        (lambda: afl_step([0.0], [[1.0]], [1.0], [1.0], 0.0, 0.1), ValueError, "lr"),
+    ],
+)
+def test_bad_input_raises_naming_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

@@ -1,0 +1,67 @@
+"""Tests of fairagg.rules.propfair: PropFair as the full algorithm (SPEC §6). The surrogate's
+local training is tested in tests/test_local_surrogate.py; here: the server side, the rule's
+LocalSpec, the M check, and M → ∞ → FedAvg through the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fairagg import LocalSpec, fedavg, make_reports, simulate
+from fairagg.data import synthetic
+from fairagg.rules.propfair import propfair
+from models import LogisticRegression
+from tests.tolerances import assert_close
+
+
+def test_server_side_is_fedavg():
+    rng = np.random.default_rng(0)
+    D = rng.normal(size=(3, 4))
+    reports = make_reports(D, [3, 1, 6], losses=[0.5, 1.0, 2.0])
+    theta = rng.normal(size=4)
+    got = propfair(M=5.0).step(theta, reports, ())
+    want = fedavg().step(theta, reports, ())
+    assert_close(got.params, want.params)
+    assert_close(got.info["weights"], [0.3, 0.1, 0.6])
+
+
+def test_rule_asks_the_clients_for_the_surrogate():
+    rule = propfair(M=7.0, epsilon=0.1, huber=True)
+    assert rule.local == LocalSpec(propfair_m=7.0, propfair_epsilon=0.1, propfair_huber=True)
+    assert rule.hyperparams["M"] == 7.0
+
+
+@pytest.mark.parametrize("worst", [5.0, 6.5])
+def test_m_not_above_every_loss_is_an_error(worst):
+    reports = make_reports(np.ones((2, 2)), [1, 1], losses=[1.0, worst])
+    with pytest.raises(ValueError, match="M > every client's loss"):
+        propfair(M=5.0).step(np.zeros(2), reports, ())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        (dict(M=0.0), ValueError, "M"),
+        (dict(M=0.1), ValueError, "M must exceed epsilon"),
+        (dict(M=float("inf")), ValueError, "M"),
+        (dict(epsilon=-0.2), ValueError, "epsilon"),
+        (dict(huber="yes"), TypeError, "huber"),
+        (dict(backend="cuda-x"), ValueError, "backend"),
+    ],
+)
+def test_bad_hyperparameters(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        propfair(**kwargs)
+
+
+def test_propfair_tends_to_fedavg_in_a_simulation():
+    """M → ∞ with the local lr scaled by M: the runs approach FedAvg's, with an error O(F/M)."""
+    data = synthetic(1, 1, num_clients=6, seed=2)
+    model = LogisticRegression(60, 10)
+    kw = dict(rounds=3, clients_per_round=3, epochs=1, batch_size=10, eval_every=3, seed=1)
+    base = simulate(fedavg(), model, data, lr=0.01, **kw).final_params
+    errs = []
+    for M in (1e2, 1e5):
+        got = simulate(propfair(M=M), model, data, lr=0.01 * M, **kw).final_params
+        errs.append(np.abs(got - base).max() / np.abs(base).max())
+    assert errs[1] < errs[0] / 100 and errs[1] < 1e-4

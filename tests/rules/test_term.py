@@ -1,0 +1,172 @@
+"""Tests of fairagg.rules.term: TERM's tilted weights and the official running-normaliser
+variant (SPEC §6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fairagg import fairavg, fedavg, fedavg_weights, make_reports
+from fairagg.rules.term import TERMState, term, term_official_weights, term_weights
+from tests.strategies import num_samples, update_matrices
+from tests.tolerances import FINITE_DIFFERENCE, assert_close
+
+
+@st.composite
+def term_rounds(draw):
+    D = draw(update_matrices(bound=1.0))
+    m, d = D.shape
+    theta = draw(hnp.arrays(np.float64, (d,), elements=st.floats(-1, 1)))
+    F = draw(hnp.arrays(np.float64, (m,), elements=st.floats(0.0, 5.0)))
+    return theta, make_reports(D, draw(num_samples(m)), losses=F)
+
+
+def tilted_objective(F, p, t):
+    """(1/t) log Σ p_k exp(t F_k), TERM's client-level objective."""
+    z = t * F + np.log(p)
+    return (z.max() + math.log(np.exp(z - z.max()).sum())) / t
+
+
+# --------------------------------------------------------------------------------------------
+# paper variant
+# --------------------------------------------------------------------------------------------
+
+
+@given(r=term_rounds())
+def test_tilt_zero_is_fedavg_and_fairavg(r):
+    theta, reports = r
+    for weighting, base in (("samples", fedavg()), ("uniform", fairavg())):
+        got = term(tilt=0.0, weighting=weighting).step(theta, reports, TERMState())
+        want = base.step(theta, reports, ())
+        assert_close(got.info["weights"], want.info["weights"])
+        assert_close(got.params, want.params)
+
+
+def test_term_weights_hand():
+    # F = [0, log 2], n = [1, 1], t = 1: ω ∝ [1, 2] → [1/3, 2/3]. With n = [3, 1]: ∝ [3, 2].
+    assert_close(term_weights([0.0, math.log(2.0)], 1.0, [1, 1]), [1 / 3, 2 / 3])
+    assert_close(term_weights([0.0, math.log(2.0)], 1.0, [3, 1]), [3 / 5, 2 / 5])
+    # t = −1 reverses the tilt: ∝ [1, 1/2].
+    assert_close(term_weights([0.0, math.log(2.0)], -1.0), [2 / 3, 1 / 3])
+
+
+@given(
+    F=hnp.arrays(np.float64, st.integers(1, 6), elements=st.floats(0.0, 4.0)),
+    t=st.floats(-5.0, 5.0).filter(lambda v: abs(v) > 1e-3),
+    data=st.data(),
+)
+def test_term_weights_are_the_gradient_of_the_tilted_objective(F, t, data):
+    """ω_k = ∂/∂F_k (1/t) log Σ p_j e^{t F_j}: the weights make θ − Σ ω_k δ_k a step on TERM's
+    objective (chain rule through F_k(θ))."""
+    n = data.draw(num_samples(F.size))
+    p = fedavg_weights(n)
+    w = term_weights(F, t, n)
+    h = 1e-6
+    fd = np.array(
+        [
+            (tilted_objective(F + h * e, p, t) - tilted_objective(F - h * e, p, t)) / (2 * h)
+            for e in np.eye(F.size)
+        ]
+    )
+    np.testing.assert_allclose(w, fd, rtol=FINITE_DIFFERENCE[0], atol=FINITE_DIFFERENCE[1])
+
+
+def test_large_tilt_follows_the_worst_client_without_overflow():
+    F = np.array([1.0, 3.0, 2.999])
+    w = term_weights(F, 1e4)
+    assert np.all(np.isfinite(w))
+    assert w[1] > 1 - 1e-4 and math.isclose(w.sum(), 1.0)
+    w = term_weights(F, -1e4)  # and the best client for a large negative tilt
+    assert w[0] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# official variant
+# --------------------------------------------------------------------------------------------
+
+
+def official_by_hand(losses_per_round, t, m):
+    """The official loop: estimates = 0; each round estimates = ½ estimates + ½ mean(e),
+    ω = e / (estimates · m), θ ← mean_k(θ − ω_k δ_k)."""
+    estimates = 0.0
+    out = []
+    for L in losses_per_round:
+        e = np.exp(t * (np.asarray(L) - max(L)))
+        estimates = estimates * 0.5 + e.mean() * 0.5
+        omega = e / (estimates * m)
+        out.append((omega / m, estimates))
+    return out
+
+
+def test_official_variant_follows_the_public_loop_over_rounds():
+    rng = np.random.default_rng(0)
+    m, d, t = 3, 4, 2.0
+    losses = [rng.uniform(0.2, 3.0, m) for _ in range(4)]
+    rule = term(tilt=t, variant="official")
+    theta = rng.normal(size=d)
+    state = rule.init(theta, 10)
+    for (w_ref, S_ref), L in zip(official_by_hand(losses, t, m), losses, strict=True):
+        D = rng.normal(size=(m, d))
+        agg = rule.step(theta, make_reports(D, [5, 6, 7], losses=L), state)
+        assert_close(agg.info["weights"], w_ref)
+        assert_close(agg.info["normaliser"], S_ref)
+        # θ^{t+1} = mean_k(θ − ω_k δ_k): the public code's average of the scaled client models.
+        assert_close(agg.params, np.mean(theta - (w_ref * m)[:, None] * D, axis=0))
+        theta, state = agg.params, agg.state
+
+
+def test_official_first_round_weights_sum_to_two_over_m_at_tilt_zero():
+    # S = ½·0 + ½·1, ω_k = 1/(m S) = 2/m (Σ ω = 2), and the weight on δ_k is ω_k/m.
+    w, S = term_official_weights([1.0, 2.0, 3.0], 0.0, 0.0)
+    assert S == 0.5
+    assert_close(w.sum(), 2.0 / 3.0)
+
+
+def test_official_weights_settle_to_one_over_m_in_total():
+    """With constant losses S → mean e, so Σ ω_k → 1 and the step is 1/m of FairAvg's."""
+    S = 0.0
+    for _ in range(60):
+        w, S = term_official_weights([0.5, 1.0, 2.0, 0.7], 1.5, S)
+    assert_close(w.sum(), 1.0 / 4.0)
+
+
+def test_official_overflow_is_reported():
+    with pytest.raises(ValueError, match="tilt"):
+        term_official_weights([0.0, 1000.0], -10.0, 0.0)
+
+
+def test_paper_variant_state_is_unchanged_and_rule_is_pure():
+    rule = term(tilt=1.0)
+    reports = make_reports(np.ones((2, 3)), [1, 2], losses=[0.1, 0.2])
+    s0 = rule.init(np.zeros(3), 2)
+    agg = rule.step(np.zeros(3), reports, s0)
+    assert agg.state == s0 == TERMState(0.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: term(tilt=float("nan")), ValueError, "tilt"),
+        (lambda: term(tilt="1"), TypeError, "tilt"),
+        (lambda: term(weighting="n_k"), ValueError, "weighting"),
+        (lambda: term(variant="fed"), ValueError, "variant"),
+        (lambda: term(backend="gpu"), ValueError, "backend"),
+        (lambda: term_weights([1.0, -0.5], 1.0), ValueError, "losses"),
+        (lambda: term_weights([1.0, float("nan")], 1.0), ValueError, "losses"),
+        (lambda: term_weights([1.0, 2.0], 1.0, [1, 2, 3]), ValueError, "num_samples"),
+        (lambda: term_official_weights([1.0], 1.0, -1.0), ValueError, "normaliser"),
+        (
+            lambda: term().step(np.zeros(2), make_reports(np.ones((2, 2)), [1, 2]), TERMState()),
+            ValueError,
+            "losses",
+        ),
+    ],
+)
+def test_bad_input_raises_naming_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
