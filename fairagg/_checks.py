@@ -121,7 +121,8 @@ def as_float_array(
         if arr.ndim != len(shape) or any(
             want is not None and got != want for got, want in zip(arr.shape, shape, strict=True)
         ):
-            want_str = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+            parts = ["*" if s is None else str(s) for s in shape]
+            want_str = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
             raise ValueError(f"{name} must have shape {want_str}; got {arr.shape}")
     if min_size and (arr.ndim == 0 or arr.shape[0] < min_size):
         raise ValueError(

@@ -1142,7 +1142,7 @@ BAD_INPUT = {
     "kl r shape": (
         lambda: kl_step(P2, [0.0, 0.0, 0.0], 1.0),
         ValueError,
-        r"r must have shape \(2\)",
+        r"r must have shape \(2,\)",
     ),
     # matrices
     "qp A non-symmetric": (
