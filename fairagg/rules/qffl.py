@@ -113,14 +113,23 @@ def _q_step(
             "losses + epsilon must be positive for q > 0 (F̃^(q-1) is undefined at 0); "
             "keep epsilon > 0 or pass positive losses"
         )
+    if static:
+        # h_k = L: θ − Σ_k F̃_k^q g_k / (m L), a fixed step lr on the gradient of the unweighted
+        # objective (1/m) Σ F_k^{q+1}/(q+1). No common factor cancels here.
+        with np.errstate(over="ignore"):
+            Fq = np.ones(m) if q == 0 else Ft**q
+        if not np.all(np.isfinite(Fq)):
+            raise ValueError(
+                f"losses^q overflows float64 (q = {q}, largest loss {F.max()}); with "
+                "static_step=True the step is lr times F̃^q-weighted gradients: lower q"
+            )
+        w = Fq / (m * L)
+        return QStep(theta - w @ D, m * L, w)
     # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
     log_max = 0.0 if q == 0 else q * float(np.log(Ft).max())  # log max_j F̃_j^q
     u = np.ones(m) if q == 0 else np.exp(q * np.log(Ft) - log_max)
-    if static:
-        h_rel = np.full(m, L)  # h_k = L F̃_k^q → here L, with the F̃^q factor in u_k
-    else:
-        sq = np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
-        h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
+    sq = np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
+    h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
     denom = float(u @ h_rel)
     w = u / denom
     step = w @ D
@@ -177,8 +186,10 @@ def qfedsgd_step(
     """q-FedSGD's server update (q-FFL Alg. 3; SPEC §2): q-FedAvg with Δw_k replaced by the
     full-batch gradient ∇F_k(θ^t). q = 0 is the gradient step θ^t − lr · mean_k ∇F_k.
 
-    ``static_step=True`` sets h_k = L F̃_k^q (drops the q F̃^{q−1}‖∇F_k‖² term): the tuned-FedSGD
-    baseline of the paper, a step of lr along the F̃^q-weighted mean gradient.
+    ``static_step=True`` sets h_k = L (SPEC §2): θ^{t+1} = θ^t − lr · (1/m) Σ_k F̃_k^q ∇F_k, the
+    fixed-step FedSGD on the q-FFL objective that the paper compares q-FedSGD's dynamic step
+    with (its Fig. 3, "FedSGD with a best-tuned step-size"). F̃^q is not rescaled there: a
+    ValueError reports an overflow.
     """
     qv = _check_q(q)
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
@@ -280,7 +291,7 @@ def qfedsgd(
     q, lipschitz, epsilon
         As in :func:`qfedavg`; L defaults to 1/lr with lr the simulation's learning rate.
     static_step : bool
-        h_k = L F̃_k^q (the tuned-FedSGD baseline).
+        h_k = L: fixed-step FedSGD on the q-FFL objective (the paper's tuned-FedSGD baseline).
     batch_size : int, optional
         Gradients on one minibatch of this size per client (None: full batch, as in the paper).
 

@@ -97,11 +97,21 @@ def test_qfedsgd_with_q_zero_is_the_mean_gradient_step(r, lr):
 
 
 @given(r=rounds(), q=st.sampled_from([0.5, 1.0, 3.0]))
-def test_qfedsgd_static_step_is_lr_along_the_loss_weighted_mean_gradient(r, q):
+def test_qfedsgd_static_step_is_fixed_step_gradient_descent_on_the_qffl_objective(r, q):
+    """h_k = L (SPEC §2): θ − lr ∇f_q with f_q = (1/m) Σ F_k^{q+1}/(q+1), whose gradient is
+    (1/m) Σ F_k^q ∇F_k (up to ε)."""
     theta, grads, losses = r
+    m = losses.size
     got = qfedsgd_step(theta, grads, losses, q, 0.1, static_step=True)
-    w = (losses + 1e-10) ** q
-    assert_close(got.params, theta - 0.1 * (w @ grads) / w.sum(), scale=10.0)
+    w = (losses + 1e-10) ** q / m
+    assert_close(got.params, theta - 0.1 * (w @ grads), scale=10.0)
+    assert_close(got.h_sum, m / 0.1)
+    assert_close(got.weights, 0.1 * w)
+
+
+def test_qfedsgd_static_step_overflow_is_reported():
+    with pytest.raises(ValueError, match="overflows"):
+        qfedsgd_step([0.0], [[1.0]], [10.0], 400.0, 0.1, static_step=True)
 
 
 @given(r=rounds(), q=st.sampled_from([0.0, 1.0, 2.0]))
