@@ -125,19 +125,16 @@ def test_descent_ascent_regret_bound_holds_for_any_comparator(seed, T, gw, gl, w
 
 
 def reports_for(theta, clients, order, lr=None):
+    """Every client's report at θ, arriving in ``order``."""
     F, G = losses_and_grads(theta, clients)
+    order = np.asarray(order)
     return make_reports(
         None,
-        [X.shape[0] for X, _ in clients],
-        losses=F,
-        gradients=G,
-        lr=lr,
-        client_ids=np.arange(len(clients)),
-    )._replace(
-        num_samples=np.array([clients[k][0].shape[0] for k in order]),
+        [clients[k][0].shape[0] for k in order],
         losses=F[order],
         gradients=G[order],
-        client_ids=np.asarray(order),
+        client_ids=order,
+        lr=lr,
     )
 
 

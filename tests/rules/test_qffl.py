@@ -214,7 +214,8 @@ def test_qfedavg_rule_is_the_step_with_l_from_the_round_lr(r, q, lr):
     assert_close(agg.params, ref.params)
     assert_close(agg.info["h_sum"], ref.h_sum)
     # info["weights"] multiply δ_k: θ^{t+1} = θ^t − Σ_k weights_k δ_k.
-    assert_close(agg.params, theta - agg.info["weights"] @ D, scale=100.0)  # (re-summed)
+    # Re-summed in another order (L w_k δ_k instead of w_k (L δ_k)): a few ulps more apart.
+    assert_close(agg.params, theta - agg.info["weights"] @ D, scale=100.0)
     # An explicit L overrides the round's lr.
     fixed = qfedavg(q=q, lipschitz=1.0 / lr).step(theta, reports._replace(lr=0.123), EmptyState())
     assert_close(fixed.params, ref.params)
