@@ -12,6 +12,7 @@ from ..types import Rule
 from .aaggff import aaggff_d, aaggff_s
 from .afl import afl
 from .fedavg import fairavg, fedavg
+from .fedmgda import fedmgda
 from .oco import propfair_eg, qffl_eg, term_eg
 from .propfair import propfair
 from .qffl import qfedavg, qfedsgd
@@ -109,6 +110,13 @@ RULES: dict[str, RuleSpec] = {
             "surrogate −log(1 − f/M), SPEC §6",
             "clients train on the PropFair surrogate; FedAvg aggregation",
             ("losses",),
+        ),
+        RuleSpec(
+            "fedmgda",
+            fedmgda,
+            "FedMGDA+ (Hu et al. 2020)",
+            "min-norm QP in an ε-box, SPEC §8",
+            "min-norm combination of normalised updates, λ within ε of FedAvg's weights",
         ),
         RuleSpec(
             "qffl-eg",

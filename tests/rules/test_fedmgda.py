@@ -1,0 +1,157 @@
+"""Tests of fairagg.rules.fedmgda (FedMGDA+, SPEC §8) and fairagg.pareto (the
+Pareto-stationarity certificate): exact min-norm weights against cvxpy, the ε = 0 and ε ≥ 1
+limits, zero updates, and the certificate on problems whose Pareto set is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fairagg import make_reports, oracles
+from fairagg.pareto import pareto_certificate
+from fairagg.rules.fedmgda import fedmgda, fedmgda_weights
+from fairagg.simplex import min_norm_weights
+from tests.strategies import finite_floats, num_samples
+from tests.tolerances import assert_close
+
+
+@st.composite
+def update_sets(draw, max_m=8, max_d=6):
+    m = draw(st.integers(1, max_m))
+    d = draw(st.integers(1, max_d))
+    D = draw(hnp.arrays(np.float64, (m, d), elements=finite_floats(1.0)))
+    # Planted structure: zero, parallel and antiparallel rows.
+    if m >= 2 and draw(st.booleans()):
+        D[1] = draw(st.sampled_from([0.0, 2.0, -0.5])) * D[0]
+    return D, draw(num_samples(m))
+
+
+def normalised(D):
+    n = np.linalg.norm(D, axis=1)
+    return np.divide(D, n[:, None], out=np.zeros_like(D), where=n[:, None] > 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(r=update_sets(), eps=st.sampled_from([0.05, 0.2, 0.5, 1.0, 3.0]))
+def test_mixture_is_the_cvxpy_min_norm_point_of_the_box(r, eps):
+    D, n = r
+    res = fedmgda_weights(D, n, eps)
+    lam0 = n / n.sum()
+    lo, hi = np.maximum(0, lam0 - eps), np.minimum(1, lam0 + eps)
+    assert np.all(res.mixture >= lo - 1e-12) and np.all(res.mixture <= hi + 1e-12)
+    assert abs(res.mixture.sum() - 1) < 1e-12
+    U = normalised(D)
+    ref = oracles.min_norm_point(U, lo, hi)
+    # λ need not be unique (dependent ĝ_k): compare the points and the values.
+    np.testing.assert_allclose(res.mixture @ U, ref.x @ U, atol=1e-7)
+    # Ours is no worse than the solver's point (OSQP's reported value itself is ~1e-6 off).
+    assert res.min_norm**2 <= np.sum((ref.x @ U) ** 2) + 1e-12
+
+
+@given(r=update_sets())
+def test_epsilon_zero_is_fedavg_on_normalised_updates(r):
+    D, n = r
+    res = fedmgda_weights(D, n, 0.0)
+    assert_close(res.mixture, n / n.sum())
+    theta = np.zeros(D.shape[1])
+    agg = fedmgda(epsilon=0.0).step(theta, make_reports(D, n), ())
+    assert_close(agg.params, -((n / n.sum()) @ normalised(D)))
+
+
+@given(r=update_sets())
+def test_epsilon_one_or_more_is_plain_mgda(r):
+    D, n = r
+    U = normalised(D)
+    plain = min_norm_weights(U @ U.T).x
+    for eps in (1.0, 10.0):
+        res = fedmgda_weights(D, n, eps)
+        np.testing.assert_allclose(res.mixture @ U, plain @ U, atol=1e-12)
+
+
+def test_hand_cases():
+    # Orthogonal unit-length directions: the min-norm point is the midpoint, ‖·‖ = 1/√2.
+    res = fedmgda_weights([[3.0, 0.0], [0.0, 0.5]], [1, 1], 1.0)
+    assert_close(res.mixture, [0.5, 0.5])
+    assert_close(res.min_norm, np.sqrt(0.5))
+    assert_close(res.weights, [0.5 / 3.0, 0.5 / 0.5])
+    # Antiparallel: λ = ½ each cancels them exactly; with ε = 0.1 around [0.8, 0.2] it cannot.
+    res = fedmgda_weights([[1.0, 0.0], [-2.0, 0.0]], [4, 1], 1.0)
+    assert_close(res.min_norm, 0.0)
+    res = fedmgda_weights([[1.0, 0.0], [-2.0, 0.0]], [4, 1], 0.1)
+    assert_close(res.mixture, [0.7, 0.3])
+    assert_close(res.min_norm, 0.4)
+
+
+def test_zero_updates_give_no_nan():
+    agg = fedmgda(epsilon=0.5).step(np.ones(3), make_reports(np.zeros((3, 3)), [1, 2, 3]), ())
+    np.testing.assert_array_equal(agg.params, np.ones(3))
+    assert np.all(np.isfinite(agg.info["weights"]))
+    res = fedmgda_weights([[0.0, 0.0], [1.0, 1.0]], [1, 1], 1.0)
+    # The zero update contributes ĝ = 0, which is the min-norm point: all weight on it.
+    assert_close(res.mixture, [1.0, 0.0])
+    assert res.weights[0] == 0.0 and res.min_norm == 0.0
+
+
+def test_server_lr_scales_the_step():
+    D = np.array([[1.0, 2.0], [0.5, -1.0]])
+    a = fedmgda(epsilon=0.3, server_lr=1.0).step(np.zeros(2), make_reports(D, [1, 3]), ())
+    b = fedmgda(epsilon=0.3, server_lr=0.25).step(np.zeros(2), make_reports(D, [1, 3]), ())
+    assert_close(b.params, 0.25 * a.params)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: fedmgda(epsilon=-0.1), ValueError, "epsilon"),
+        (lambda: fedmgda(server_lr=-1.0), ValueError, "server_lr"),
+        (lambda: fedmgda(backend="tpu"), ValueError, "backend"),
+        (lambda: fedmgda_weights([[np.nan, 1.0]], [1], 0.1), ValueError, "deltas"),
+        (lambda: fedmgda_weights([[1.0, 1.0]], [1, 2], 0.1), ValueError, "num_samples"),
+        (lambda: fedmgda_weights([[1.0, 1.0]], [0], 0.1), ValueError, "num_samples"),
+    ],
+)
+def test_bad_input_raises_naming_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------------------------
+# Pareto-stationarity certificate
+# --------------------------------------------------------------------------------------------
+
+
+@given(
+    a=hnp.arrays(np.float64, 3, elements=finite_floats(2.0)),
+    b=hnp.arrays(np.float64, 3, elements=finite_floats(2.0)),
+    s=st.floats(0.0, 1.0),
+    off=hnp.arrays(np.float64, 3, elements=finite_floats(1.0)),
+)
+def test_certificate_vanishes_exactly_on_the_pareto_set_of_two_quadratics(a, b, s, off):
+    """F_1 = ½‖w − a‖², F_2 = ½‖w − b‖²: the Pareto set is the segment [a, b], where the
+    certificate is 0; off it, the certificate is the distance from w to the segment."""
+    w = (1 - s) * a + s * b
+    cert = pareto_certificate(np.array([w - a, w - b]))
+    assert cert.value < 1e-9 * (1 + np.abs(a - b).max())
+    w2 = w + off
+    cert = pareto_certificate(np.array([w2 - a, w2 - b]))
+    seg = b - a
+    t = np.clip((w2 - a) @ seg / (seg @ seg), 0, 1) if seg @ seg > 0 else 0.0
+    dist = np.linalg.norm(w2 - (a + t * seg))
+    assert abs(cert.value - dist) < 1e-9 * (1 + np.abs(w2).max() + np.abs(a).max())
+    assert_close(cert.direction, cert.weights @ np.array([w2 - a, w2 - b]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    G=hnp.arrays(
+        np.float64, st.tuples(st.integers(1, 6), st.integers(1, 5)), elements=finite_floats(1.0)
+    )
+)
+def test_certificate_equals_cvxpy(G):
+    cert = pareto_certificate(G)
+    ref = oracles.min_norm_point(G)
+    np.testing.assert_allclose(cert.direction, ref.x @ G, atol=1e-7)
+    assert cert.value**2 <= np.sum((ref.x @ G) ** 2) + 1e-12
