@@ -155,3 +155,17 @@ def test_certificate_equals_cvxpy(G):
     ref = oracles.min_norm_point(G)
     np.testing.assert_allclose(cert.direction, ref.x @ G, atol=1e-7)
     assert cert.value**2 <= np.sum((ref.x @ G) ** 2) + 1e-12
+
+
+def test_model_certificate_vanishes_at_the_mean_loss_optimum():
+    """At the minimiser of (1/K) Σ F_k the uniform combination of the gradients is 0, so the
+    point is Pareto-stationary; a random point is not."""
+    from fairagg.pareto import model_pareto_certificate
+    from tests.rules.test_convergence import MODEL, federated_data
+
+    data = federated_data(5)
+    opt = oracles.qffl_optimum(MODEL, data.X_train, data.y_train, data.train_offsets, 0.0)
+    at_opt = model_pareto_certificate(MODEL, opt.x, data)
+    away = model_pareto_certificate(MODEL, opt.x + 0.5, data)
+    # cvxpy's argmin is accurate to ~1e-4 of the gradient scale (tests/test_oracles_fl.py).
+    assert at_opt.value < 1e-4 < away.value
