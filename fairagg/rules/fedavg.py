@@ -20,7 +20,7 @@ import numpy as np
 
 from .._checks import as_float_array, as_int_array, check_finite, check_int
 from ..kernels import check_backend, weighted_update
-from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
+from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
 
 __all__ = [
     "apply_weighted_update",
@@ -97,12 +97,15 @@ def stateless_rule(
     *,
     needs: tuple[str, ...] = (),
     hyperparams: dict[str, Any] | None = None,
+    local: LocalSpec | None = None,
 ) -> Rule:
     """A stateless rule θ^{t+1} = θ^t − Σ_k a_k δ_k with a_k = ``weights_of(reports)``.
 
     Shared by every rule whose step is a weighted average of the round's updates (FedAvg, FairAvg,
-    the EG views of :mod:`fairagg.rules.oco`); ``needs`` names the report fields it reads and
-    ``info["weights"]`` holds a_k.
+    the EG views of :mod:`fairagg.rules.oco`, PropFair, FedMGDA+); ``needs`` names the report
+    fields it reads and ``info["weights"]`` holds a_k. ``weights_of`` may also return
+    ``(a, extra)`` with a dict of further diagnostics for ``info``; ``local`` is what the clients
+    compute (:class:`~fairagg.types.LocalSpec`; local training when None).
     """
     check_backend(backend)
 
@@ -113,12 +116,12 @@ def stateless_rule(
     def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=needs)
-        a = weights_of(reports)
-        return Aggregate(
-            apply_weighted_update(theta, reports.deltas, a, backend=backend), state, {"weights": a}
-        )
+        out = weights_of(reports)
+        a, extra = out if isinstance(out, tuple) else (out, {})
+        new = apply_weighted_update(theta, reports.deltas, a, backend=backend)
+        return Aggregate(new, state, {"weights": a, **extra})
 
-    return Rule(name, init, step, {**(hyperparams or {}), "backend": backend})
+    return Rule(name, init, step, {**(hyperparams or {}), "backend": backend}, local or LocalSpec())
 
 
 def fedavg(*, backend: str = "numpy") -> Rule:

@@ -22,10 +22,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_float_array, check_real
-from ..kernels import check_backend
 from ..simplex import min_norm_weights
-from ..types import Aggregate, EmptyState, RoundReports, Rule, check_reports
-from .fedavg import apply_weighted_update, fedavg_weights
+from ..types import RoundReports, Rule
+from .fedavg import fedavg_weights, stateless_rule
 
 __all__ = ["MGDAWeights", "fedmgda", "fedmgda_weights"]
 
@@ -102,18 +101,11 @@ def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "num
     """
     eps = check_real(epsilon, "epsilon", low=0.0)
     eta = check_real(server_lr, "server_lr", low=0.0)
-    check_backend(backend)
 
-    def init(params: np.ndarray, num_clients: int) -> EmptyState:
-        del params, num_clients
-        return EmptyState()
-
-    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta)
+    def weights_of(reports: RoundReports):
         res = fedmgda_weights(reports.deltas, reports.num_samples, eps, eta)
-        out = apply_weighted_update(theta, reports.deltas, res.weights, backend=backend)
-        info = {"weights": res.weights, "mixture": res.mixture, "min_norm": res.min_norm}
-        return Aggregate(out, state, info)
+        return res.weights, {"mixture": res.mixture, "min_norm": res.min_norm}
 
-    return Rule("fedmgda", init, step, {"epsilon": eps, "server_lr": eta, "backend": backend})
+    return stateless_rule(
+        "fedmgda", weights_of, backend, hyperparams={"epsilon": eps, "server_lr": eta}
+    )

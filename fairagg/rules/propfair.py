@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array
-from ..kernels import check_backend
 from ..local import check_propfair
-from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
-from .fedavg import apply_weighted_update, fedavg_weights
+from ..types import LocalSpec, RoundReports, Rule
+from .fedavg import fedavg_weights, stateless_rule
 
 __all__ = ["check_losses_below", "propfair"]
 
@@ -54,20 +52,16 @@ def propfair(
     ``info["weights"]``: FedAvg's n_k/Σ_S n.
     """
     Mv, eps, hub = check_propfair(M, epsilon, huber, ("M", "epsilon", "huber"))
-    check_backend(backend)
 
-    def init(params: np.ndarray, num_clients: int) -> EmptyState:
-        del params, num_clients
-        return EmptyState()
-
-    def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=("losses",))
+    def weights_of(reports: RoundReports) -> np.ndarray:
         check_losses_below(reports.losses, Mv)
-        a = fedavg_weights(reports.num_samples)
-        out = apply_weighted_update(theta, reports.deltas, a, backend=backend)
-        return Aggregate(out, state, {"weights": a})
+        return fedavg_weights(reports.num_samples)
 
-    hyper = {"M": Mv, "epsilon": eps, "huber": hub, "backend": backend}
-    local = LocalSpec(propfair_m=Mv, propfair_epsilon=eps, propfair_huber=hub)
-    return Rule("propfair", init, step, hyper, local)
+    return stateless_rule(
+        "propfair",
+        weights_of,
+        backend,
+        needs=("losses",),
+        hyperparams={"M": Mv, "epsilon": eps, "huber": hub},
+        local=LocalSpec(propfair_m=Mv, propfair_epsilon=eps, propfair_huber=hub),
+    )

@@ -102,9 +102,17 @@ def _directions(params: Any, updates: Any, name: str) -> tuple[np.ndarray, np.nd
 
 
 def _q_step(
-    theta: np.ndarray, D: np.ndarray, losses: Any, q: float, L: float, eps: float, static: bool
+    theta: np.ndarray,
+    D: np.ndarray,
+    losses: Any,
+    q: float,
+    L: float,
+    eps: float,
+    static: bool,
+    scale: float = 1.0,
 ) -> QStep:
-    """θ − Σ_k Δ_k / Σ_k h_k with Δw_k the rows of D (validated)."""
+    """θ − Σ_k Δ_k / Σ_k h_k with Δw_k = ``scale`` × the rows of D (validated); the scaled
+    (m, d) matrix itself is never formed."""
     m = D.shape[0]
     F = _check_losses(losses, m)
     Ft = F + eps
@@ -124,15 +132,15 @@ def _q_step(
                 "static_step=True the step is lr times F̃^q-weighted gradients: lower q"
             )
         w = Fq / (m * L)
-        return QStep(theta - w @ D, m * L, w)
+        return QStep(theta - (scale * w) @ D, m * L, w)
     # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
     log_max = 0.0 if q == 0 else q * float(np.log(Ft).max())  # log max_j F̃_j^q
     u = np.ones(m) if q == 0 else np.exp(q * np.log(Ft) - log_max)
-    sq = np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
+    sq = scale * scale * np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
     h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
     denom = float(u @ h_rel)
     w = u / denom
-    step = w @ D
+    step = (scale * w) @ D
     # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
     h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
     return QStep(theta - step, h_sum, w)
@@ -171,7 +179,7 @@ def qfedavg_step(
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
     eps = check_real(epsilon, "epsilon", low=0.0)
     theta, D = _directions(params, deltas, "deltas")
-    return _q_step(theta, L * D, losses, qv, L, eps, static=False)
+    return _q_step(theta, D, losses, qv, L, eps, static=False, scale=L)
 
 
 def qfedsgd_step(
