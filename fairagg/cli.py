@@ -121,7 +121,12 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, default=20, help="local epochs F (default: 20)")
     g.add_argument("--batch", type=int, default=10, help="local batch size (default: 10)")
     g.add_argument("--lr", type=float, default=0.01, help="local SGD step (default: 0.01)")
-    g.add_argument("--momentum", type=float, default=0.0, help="client momentum (default: 0)")
+    g.add_argument(
+        "--momentum",
+        type=float,
+        default=None,
+        help="client momentum (default: the rule's own, FedFa's client_momentum, else 0)",
+    )
     g.add_argument("--prox-mu", type=float, default=0.0, help="FedProx term μ (default: 0)")
     g.add_argument(
         "--sampling",
@@ -219,7 +224,7 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--epochs", args.epochs >= 1, "at least 1"),
         ("--batch", args.batch >= 1, "at least 1"),
         ("--lr", np.isfinite(args.lr) and args.lr > 0, "a finite number > 0"),
-        ("--momentum", 0 <= args.momentum < 1, "in [0, 1)"),
+        ("--momentum", args.momentum is None or 0 <= args.momentum < 1, "in [0, 1)"),
         ("--prox-mu", np.isfinite(args.prox_mu) and args.prox_mu >= 0, "a finite number >= 0"),
         ("--l2", np.isfinite(args.l2) and args.l2 >= 0, "a finite number >= 0"),
         ("--hidden", args.hidden >= 1, "at least 1"),

@@ -51,6 +51,7 @@ __all__ = [
     "propfair_scale",
     "sgd_reference",
     "train_clients",
+    "trained_accuracies",
 ]
 
 #: Stream tag of the local-training shuffles in ``default_rng([seed, tag, round, client])``.
@@ -215,6 +216,26 @@ def train_clients(
     all_rows = np.arange(X.shape[0], dtype=np.int64)
     kernel(theta, X, y, all_rows, los, his, perms, p0s, hyper, out, losses, accs)
     return LocalResult(out, losses, accs, sizes)
+
+
+def trained_accuracies(
+    model: FlatModel, params: np.ndarray, deltas: np.ndarray, data: Any, clients: Any
+) -> np.ndarray:
+    """Training accuracy of each locally trained model θ^t − δ_k on its client's training split,
+    shape (m,): the ``accuracy_source="local"`` report (FedFa, SPEC §0). Row i of ``deltas``
+    belongs to ``clients[i]``."""
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    theta = model._check_params(params)
+    ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
+    D = np.asarray(deltas)
+    if D.shape != (ids.size, theta.size):
+        raise ValueError(f"deltas must have shape ({ids.size}, {theta.size}); got {D.shape}")
+    out = np.empty(ids.size, dtype=np.float64)
+    for i in range(ids.size):
+        w = theta - D[i]
+        out[i] = model.accuracy(w, X[los[i] : his[i]], y[los[i] : his[i]])
+    return out
 
 
 def _client_rows(clients: Any, data: Any, dtype: Any):

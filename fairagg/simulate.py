@@ -25,11 +25,11 @@ import numpy as np
 from models import FlatModel
 
 from ._checks import check_choice, check_int, check_real
-from .local import check_propfair, client_gradients, train_clients
+from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .rules import make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
-from .types import RoundReports, Rule, check_local_spec
+from .types import LocalSpec, RoundReports, Rule, check_local_spec
 
 __all__ = ["History", "simulate"]
 
@@ -172,6 +172,19 @@ def _evaluate(model: FlatModel, theta: np.ndarray, data: Any):
     return test_acc, test_loss, train_acc, train_loss, time.perf_counter() - t0
 
 
+def _client_momentum(momentum: Any, spec: LocalSpec, rule_name: str) -> float:
+    """The clients' momentum: the caller's, the rule's (``spec.momentum``), or 0."""
+    if momentum is None:
+        return 0.0 if spec.momentum is None else float(spec.momentum)
+    mu = check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
+    if spec.momentum is not None and mu != spec.momentum:
+        raise ValueError(
+            f"momentum = {mu} contradicts rule {rule_name!r}, which sets the client momentum to "
+            f"{spec.momentum} (change it through the rule, or pass momentum=None)"
+        )
+    return mu
+
+
 def simulate(
     rule: Rule | str,
     model: FlatModel,
@@ -182,7 +195,7 @@ def simulate(
     epochs: int = 1,
     batch_size: int = 10,
     lr: float = 0.01,
-    momentum: float = 0.0,
+    momentum: float | None = None,
     prox_mu: float = 0.0,
     sampling: str = "uniform",
     seed: int = 0,
@@ -206,7 +219,10 @@ def simulate(
     clients_per_round : int
         m in [1, K] clients sampled each round without replacement.
     epochs, batch_size, lr, momentum, prox_mu
-        Local training (see :func:`fairagg.local.train_clients`). What the clients compute is
+        Local training (see :func:`fairagg.local.train_clients`). ``momentum=None`` (the
+        default) takes the client momentum the rule prescribes (``rule.local.momentum``:
+        FedFa's), or 0; a value that contradicts the rule's raises ``ValueError``. What the
+        clients compute is
         the rule's :class:`~fairagg.types.LocalSpec`: local training (on PropFair's surrogate
         for ``propfair``), or, for the SGD-type rules (``qfedsgd``, ``afl``), one gradient per
         client (:func:`fairagg.local.client_gradients`), for which these settings are unused.
@@ -246,6 +262,7 @@ def simulate(
             f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
         )
     local_spec = check_local_spec(rule.local)
+    momentum = _client_momentum(momentum, local_spec, rule.name)
     propfair = check_propfair(
         local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
     )
@@ -338,6 +355,9 @@ def simulate(
                     propfair_epsilon=propfair[1],
                     propfair_huber=propfair[2],
                 )
+            accuracies = local.accuracies
+            if local_spec.accuracy_source == "local":
+                accuracies = trained_accuracies(model, theta, deltas, data, S)
             t1 = time.perf_counter()
             # deltas.sum() is a one-pass witness (no (m, d) temporary): any NaN or infinity makes
             # it non-finite; only then, or on an overflow of the sum, is every entry checked.
@@ -355,7 +375,7 @@ def simulate(
                 None if gradients else deltas,
                 n_train[S],
                 local.losses,
-                local.accuracies,
+                accuracies,
                 counts[S].copy(),
                 S,
                 t,

@@ -95,6 +95,9 @@ class EmptyState(NamedTuple):
 #: What :class:`LocalSpec` ``report`` may name.
 LOCAL_REPORTS = ("deltas", "gradients")
 
+#: Which model's training accuracy the clients report (:class:`LocalSpec` ``accuracy_source``).
+ACCURACY_SOURCES = ("global", "local")
+
 
 class LocalSpec(NamedTuple):
     """What the selected clients compute for a rule (SPEC §0, §6).
@@ -117,6 +120,13 @@ class LocalSpec(NamedTuple):
         ``propfair_huber``.
     propfair_huber : bool
         Use the Huber continuation f/ε.
+    momentum : float, optional
+        For ``report="deltas"``: the client momentum μ ∈ [0, 1) the rule prescribes (FedFa's
+        eqs. 1-2). None leaves it to the caller (the simulator's ``momentum``, 0 by default).
+    accuracy_source : {"global", "local"}
+        ``RoundReports.accuracies`` holds the training accuracy of θ^t before local training
+        (``"global"``, SPEC §0) or of the locally trained model θ^t − δ_k (``"local"``, for
+        ``report="deltas"`` only).
     """
 
     report: str = "deltas"
@@ -124,6 +134,8 @@ class LocalSpec(NamedTuple):
     propfair_m: float | None = None
     propfair_epsilon: float = 0.2
     propfair_huber: bool = False
+    momentum: float | None = None
+    accuracy_source: str = "global"
 
 
 def check_local_spec(spec: Any) -> LocalSpec:
@@ -136,6 +148,17 @@ def check_local_spec(spec: Any) -> LocalSpec:
         check_int(spec.gradient_batch_size, "LocalSpec.gradient_batch_size", low=1)
     if spec.propfair_m is not None and spec.report != "deltas":
         raise ValueError("LocalSpec.propfair_m applies to local training (report='deltas')")
+    if spec.momentum is not None:
+        check_real(spec.momentum, "LocalSpec.momentum", low=0.0, high=1.0, high_open=True)
+        if spec.report != "deltas":
+            raise ValueError("LocalSpec.momentum applies to local training (report='deltas')")
+    if spec.accuracy_source not in ACCURACY_SOURCES:
+        raise ValueError(
+            f"LocalSpec.accuracy_source must be one of {ACCURACY_SOURCES}; got "
+            f"{spec.accuracy_source!r}"
+        )
+    if spec.accuracy_source == "local" and spec.report != "deltas":
+        raise ValueError("LocalSpec.accuracy_source='local' needs local training (report='deltas')")
     return spec
 
 

@@ -12,6 +12,7 @@ from ..types import Rule
 from .aaggff import aaggff_d, aaggff_s
 from .afl import afl
 from .fedavg import fairavg, fedavg
+from .fedfa import fedfa
 from .fedfv import fedfv
 from .fedmgda import fedmgda
 from .oco import propfair_eg, qffl_eg, term_eg
@@ -127,6 +128,15 @@ RULES: dict[str, RuleSpec] = {
             "FedMGDA+ (Hu et al. 2020)",
             "min-norm QP in an ε-box, SPEC §8",
             "min-norm combination of normalised updates, λ within ε of FedAvg's weights",
+        ),
+        RuleSpec(
+            "fedfa",
+            fedfa,
+            "FedFa (Huang et al. 2020)",
+            "eqs. 1-15 reconstructed, SPEC §9",
+            "weights from the information in low accuracy and frequent participation; server and "
+            "client momentum",
+            ("accuracies", "participations"),
         ),
         RuleSpec(
             "qffl-eg",

@@ -105,7 +105,13 @@ def test_rule_rejects_reports_missing_needed_fields(name):
         assert np.all(np.isfinite(agg.params))
         return
     rule = make_rule(name)
-    given_all = {"losses": [0.5, 1.0], "gradients": np.ones((2, 2)), "lr": 0.1}
+    given_all = {
+        "losses": [0.5, 1.0],
+        "accuracies": [0.5, 0.25],
+        "participations": [1, 2],
+        "gradients": np.ones((2, 2)),
+        "lr": 0.1,
+    }
     for missing in needs:
         fields = {k: v for k, v in given_all.items() if k != missing}
         reports = make_reports(np.ones((2, 2)), [1, 2], **fields)
