@@ -286,3 +286,60 @@ def test_invalid_local_spec_is_rejected(model, data):
     bad = _spec_rule([], "gradients")
     with pytest.raises(TypeError, match="LocalSpec"):
         _run(bad, model, data)
+
+
+def test_rule_prescribed_client_momentum_drives_local_training(model, data):
+    log = []
+    h = _run(_spec_rule(log, LocalSpec(momentum=0.5)), model, data, rounds=1)
+    S = log[0].client_ids
+    kw = dict(epochs=2, batch_size=10, lr=0.05, seed=7)
+    ref = train_clients(model, model.init_params(7), data, S, momentum=0.5, **kw)
+    plain = train_clients(model, model.init_params(7), data, S, **kw)
+    assert_close(log[0].deltas, ref.deltas)
+    assert not np.allclose(ref.deltas, plain.deltas)  # the momentum matters here
+    assert h.config["momentum"] == 0.5
+    # The same value given explicitly is accepted; a contradicting one is refused.
+    _run(_spec_rule([], LocalSpec(momentum=0.5)), model, data, rounds=1, momentum=0.5)
+    with pytest.raises(ValueError, match="momentum = 0.0 contradicts"):
+        _run(_spec_rule([], LocalSpec(momentum=0.5)), model, data, rounds=1, momentum=0.0)
+    # Without a prescription the caller's momentum (default 0) is used.
+    assert _run(fairavg(), model, data, rounds=1).config["momentum"] == 0.0
+    assert _run(fairavg(), model, data, rounds=1, momentum=0.3).config["momentum"] == 0.3
+
+
+def test_local_accuracy_source_reports_the_trained_models_accuracy(model, data):
+    glob, loc = [], []
+    _run(_spec_rule(glob, LocalSpec()), model, data, rounds=1)
+    _run(_spec_rule(loc, LocalSpec(accuracy_source="local")), model, data, rounds=1)
+    S = loc[0].client_ids
+    theta0 = model.init_params(7)
+    o = data.train_offsets
+    want = [
+        model.accuracy(
+            theta0 - loc[0].deltas[i], data.X_train[o[k] : o[k + 1]], data.y_train[o[k] : o[k + 1]]
+        )
+        for i, k in enumerate(S)
+    ]
+    assert_close(loc[0].accuracies, want)
+    before = [
+        model.accuracy(theta0, data.X_train[o[k] : o[k + 1]], data.y_train[o[k] : o[k + 1]])
+        for k in S
+    ]
+    assert_close(glob[0].accuracies, before)
+    # Training helped on its own data (one client's majority class already gave its accuracy).
+    assert np.all(loc[0].accuracies >= glob[0].accuracies)
+    assert np.sum(loc[0].accuracies > glob[0].accuracies) >= 2
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (LocalSpec(report="gradients", momentum=0.5), "LocalSpec.momentum"),
+        (LocalSpec(momentum=1.0), "LocalSpec.momentum"),
+        (LocalSpec(accuracy_source="best"), "accuracy_source"),
+        (LocalSpec(report="gradients", accuracy_source="local"), "accuracy_source"),
+    ],
+)
+def test_invalid_momentum_and_accuracy_source_are_rejected(model, data, spec, match):
+    with pytest.raises(ValueError, match=match):
+        _run(_spec_rule([], spec), model, data)
