@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fairagg import RULES
+from fairagg import RULES, History
 from fairagg.cli import main
 from fairagg.metrics import fairness_summary
 
@@ -124,3 +124,17 @@ def test_bad_values_one_line_exit_2(extra, needle, tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("fairagg: error:") and needle in err[-1]
+
+
+def test_run_fedfa_takes_its_client_momentum_from_the_rule(tmp_path, capsys):
+    out = tmp_path / "fedfa"
+    argv = ["run", "--rule", "fedfa", "--clients-per-round", "3", "--out", str(out), *SMALL]
+    assert main([*argv, "--rule-arg", "alpha=1", "--rule-arg", "client_momentum=0.5"]) == 0
+    assert json.loads((out / "config.json").read_text())["momentum"] is None  # as given
+    config = History.load(out / "history.npz").config  # as run
+    assert config["momentum"] == 0.5 and config["rule_hyperparams"]["alpha"] == 1.0
+    capsys.readouterr()
+    # A --momentum that contradicts the rule's own is one clear line, exit status 2.
+    assert main([*argv, "--momentum", "0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fairagg: error:") and "contradicts rule 'fedfa'" in err[-1]
