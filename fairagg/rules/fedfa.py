@@ -53,7 +53,10 @@ it damps instead.
 
 **Client momentum** (eqs. 1-2): v ← μ v + ∇ℓ(batch), w ← w − lr·v, v = 0 at the start of each
 round. The clients run it (:mod:`fairagg.local`); the rule asks for it through its
-:class:`~fairagg.types.LocalSpec` (``momentum=client_momentum``).
+:class:`~fairagg.types.LocalSpec` (``momentum=client_momentum``). The paper's text calls v "the
+exponentially weighted average of the gradient", which would be v ← μv + (1 − μ)∇ℓ; SPEC §9 and
+the public code (PyTorch's SGD momentum) use v ← μv + ∇ℓ, whose steps are 1/(1 − μ) times
+larger. The two coincide with lr scaled by (1 − μ).
 
 Differences of the public code, besides the sign: it uses one ``gamma`` (default 0.9) for the
 client and the server momentum, the client learning rate as η_s, base-2 logarithms, and no
