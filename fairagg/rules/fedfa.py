@@ -60,8 +60,8 @@ larger. The two coincide with lr scaled by (1 − μ).
 
 Differences of the public code, besides the sign: it uses one ``gamma`` (default 0.9) for the
 client and the server momentum, the client learning rate as η_s, base-2 logarithms, and no
-guards (0/0 when every accuracy is 0). To compare with it, pass ``variant="flgo"``,
-``gamma=client_momentum=g`` and ``eta_s=lr``.
+guards (0/0 when every accuracy is 0). To compare with it, pass ``variant="flgo"`` (whose η_s
+defaults to the round's learning rate ``reports.lr``) and ``gamma=client_momentum=g``.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def fedfa(
     alpha: float = 0.5,
     beta: float | None = None,
     gamma: float = 0.5,
-    eta_s: float = 1.0,
+    eta_s: float | None = None,
     tau: int = 1,
     client_momentum: float = 0.9,
     eps_a: float = EPS_ACCURACY,
@@ -344,9 +344,11 @@ def fedfa(
         α = β = 0.5, one of the paper's three settings.
     gamma : float
         Server momentum factor γ ∈ [0, 1] (default 0.5, the paper's in every experiment).
-    eta_s : float
-        Server step η_s ≥ 0 on the momentum (default 1; the paper gives no value). 0 turns the
-        server momentum off.
+    eta_s : float, optional
+        Server step η_s ≥ 0 on the momentum; 0 turns the server momentum off. Default: 1 for
+        ``variant="paper"`` (the paper gives no value), and for ``variant="flgo"`` the round's
+        client learning rate ``reports.lr``, as the public code does (with η_s = 1 its sign
+        would cancel the round's step once m settles).
     tau : int
         τ ≥ 1: apply the server correction in rounds t ≡ 0 (mod τ), t counted from 1 (eq. 7;
         the paper also uses 3). τ larger than the number of rounds never applies it.
@@ -371,7 +373,9 @@ def fedfa(
     """
     a, b = _check_alpha_beta(alpha, beta)
     g = check_real(gamma, "gamma", low=0.0, high=1.0)
-    eta = check_real(eta_s, "eta_s", low=0.0)
+    eta = None if eta_s is None else check_real(eta_s, "eta_s", low=0.0)
+    if eta is None and variant == "paper":
+        eta = 1.0
     tau = check_int(tau, "tau", low=1)
     mu = check_real(client_momentum, "client_momentum", low=0.0, high=1.0, high_open=True)
     e_a, e_f = _check_eps(eps_a, eps_f)
@@ -397,8 +401,16 @@ def fedfa(
         avg = apply_weighted_update(theta, reports.deltas, p, backend=backend)
         t = state.rounds + 1
         apply = t % tau == 0
+        step_size = eta
+        if step_size is None:  # variant="flgo": the clients' learning rate
+            if reports.lr is None:
+                raise ValueError(
+                    "variant='flgo' takes eta_s from reports.lr (the clients' learning rate), "
+                    "which is None: pass eta_s"
+                )
+            step_size = reports.lr
         res = fedfa_server_step(
-            theta, avg, state.momentum, gamma=g, eta_s=eta, apply=apply, variant=variant
+            theta, avg, state.momentum, gamma=g, eta_s=step_size, apply=apply, variant=variant
         )
         out = {
             "weights": p,

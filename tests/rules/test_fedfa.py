@@ -516,3 +516,19 @@ def test_fedfa_runs_from_the_registry_in_the_simulator():
     assert np.all(w >= 0.0) and np.allclose(w.sum(axis=1), 1.0)
     with pytest.raises(ValueError, match="contradicts"):
         simulate("fedfa", model, data, rounds=1, clients_per_round=3, momentum=0.0)
+
+
+def test_flgo_eta_defaults_to_the_clients_learning_rate():
+    """The public code steps by the client learning rate; with η_s = 1 its sign would cancel
+    each round's progress once m settles (θ^{t+1} → θ^t), so the flgo default follows it."""
+    rng = np.random.default_rng(4)
+    d, K = 5, 6
+    default, explicit = fedfa(variant="flgo"), fedfa(variant="flgo", eta_s=0.03)
+    assert default.hyperparams["eta_s"] is None and fedfa().hyperparams["eta_s"] == 1.0
+    theta = rng.normal(size=d)
+    rep = _random_round(rng, 3, d, K)._replace(lr=0.03)
+    a = default.step(theta, rep, default.init(theta, K))
+    b = explicit.step(theta, rep, explicit.init(theta, K))
+    assert np.array_equal(a.params, b.params)
+    with pytest.raises(ValueError, match="reports.lr"):
+        default.step(theta, rep._replace(lr=None), default.init(theta, K))
