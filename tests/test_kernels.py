@@ -4,28 +4,38 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairagg import apply_weighted_update, fairavg, fedavg, make_reports
-from fairagg.kernels import BACKENDS, weighted_sum, weighted_update
+from fairagg.kernels import BACKENDS, gram, row_sq_norms, weighted_sum, weighted_update
+from tests.conftest import on_simulator
 from tests.tolerances import assert_close
 
-# Shapes around the kernel's 4096-column blocks and its 4-row unrolling.
-shapes = st.tuples(st.integers(1, 9), st.sampled_from([1, 2, 3, 7, 2049, 4095, 4096, 4097, 8200]))
+# Shapes around the CPU kernels' 4096-column blocks and their 4-row unrolling.
+CPU_SHAPES = st.tuples(
+    st.integers(1, 9), st.sampled_from([1, 2, 3, 7, 2049, 4095, 4096, 4097, 8200])
+)
+# The CUDA kernels' blocks: 128 threads, 16 × 16 Gram tiles staging 64 columns (on the simulator
+# 32 threads, 8 × 8 tiles, at most 4 blocks along d, so that grid-stride loops and partial tiles
+# are reached with small inputs). m = 1, d = 1, and d off every multiple.
+CUDA_SHAPES = (
+    st.tuples(st.integers(1, 9), st.sampled_from([1, 2, 31, 33, 65, 129, 200, 257]))
+    if on_simulator()
+    else st.tuples(st.integers(1, 40), st.sampled_from([1, 2, 127, 129, 1000, 4097, 70000]))
+)
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    """Every backend (function-scoped: for tests without hypothesis)."""
-    return request.param
+def shapes_for(backend):
+    return CUDA_SHAPES if backend == "cuda" else CPU_SHAPES
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@given(shape=shapes, seed=st.integers(0, 2**32 - 1), f32=st.booleans())
-def test_weighted_update_equals_numpy_reference(backend, shape, seed, f32):
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), f32=st.booleans())
+@settings(max_examples=15 if on_simulator() else 50)
+def test_weighted_update_equals_numpy_reference(backend, data, seed, f32):
     rng = np.random.default_rng(seed)
-    m, d = shape
+    m, d = data.draw(shapes_for(backend), label="shape")
     dtype = np.float32 if f32 else np.float64
     D = rng.standard_normal((m, d)).astype(dtype)
     theta = rng.standard_normal(d).astype(dtype)
@@ -77,6 +87,57 @@ def test_unknown_backend_is_rejected():
         fedavg(backend="cuda-but-not-yet")
 
 
+def test_cuda_backend_without_a_device_is_a_clear_error(monkeypatch):
+    from fairagg.kernels import cuda
+
+    monkeypatch.setattr(cuda, "available", lambda: False)
+    with pytest.raises(ValueError, match="backend='cuda' needs a CUDA GPU"):
+        fedavg(backend="cuda")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), f32=st.booleans())
+@settings(max_examples=15 if on_simulator() else 50)
+def test_row_sq_norms_and_gram_equal_numpy_reference(backend, data, seed, f32):
+    rng = np.random.default_rng(seed)
+    m, d = data.draw(shapes_for(backend), label="shape")
+    dtype = np.float32 if f32 else np.float64
+    # Rows of very different sizes: the tolerance is relative to the largest term.
+    D = (rng.standard_normal((m, d)) * 10.0 ** rng.integers(-3, 4, (m, 1))).astype(dtype)
+    D64 = D.astype(np.float64)
+    norms = row_sq_norms(D, backend)
+    assert norms.dtype == np.float64 and norms.shape == (m,)
+    # Both accumulate float64 squares of the same float64 numbers, in another order: d terms.
+    assert_close(norms, np.einsum("ij,ij->i", D64, D64), scale=d)
+    G = gram(D, backend)
+    assert G.dtype == np.float64 and G.shape == (m, m)
+    assert np.array_equal(G, G.T)  # exactly symmetric
+    scale = np.sqrt(np.outer(norms, norms))  # |G_ij| ≤ ‖δ_i‖‖δ_j‖ bounds each entry's round-off
+    assert np.all(np.abs(G - D64 @ D64.T) <= 1e-13 * d * scale + 1e-300)
+
+
+def test_norms_and_gram_of_zero_and_single_rows(backend):
+    for D in (np.zeros((3, 5)), np.ones((1, 1)), np.array([[3.0, 4.0]])):
+        assert_close(row_sq_norms(D, backend), (D * D).sum(axis=1))
+        assert_close(gram(D, backend), D @ D.T)
+
+
+def test_cuda_keeps_device_arrays_on_the_device():
+    """A caller that holds its updates on the device gets a device array back and pays no copy
+    of the (m, d) matrix (numba's device arrays; the simulator's stand-ins where there is no
+    GPU)."""
+    from numba import cuda
+
+    rng = np.random.default_rng(1)
+    D, theta, w = rng.standard_normal((3, 70)), rng.standard_normal(70), rng.random(3)
+    d_D, d_theta = cuda.to_device(D), cuda.to_device(theta)
+    out, ok = weighted_update(d_theta, d_D, w, "cuda")
+    assert ok and not isinstance(out, np.ndarray)
+    assert_close(out.copy_to_host(), theta - w @ D, scale=3)
+    assert_close(row_sq_norms(d_D, "cuda"), (D * D).sum(axis=1), scale=70)
+    assert_close(gram(d_D, "cuda"), D @ D.T, scale=70)
+
+
 @given(shape=st.tuples(st.integers(1, 13), st.integers(1, 9000)), seed=st.integers(0, 2**32 - 1))
 def test_two_combinations_equals_the_matrix_product(shape, seed):
     """FedFV's final pass (ḡ and the mean update in one pass over the updates) equals the
@@ -87,3 +148,12 @@ def test_two_combinations_equals_the_matrix_product(shape, seed):
     W, D = rng.normal(size=(2, shape[0])), rng.normal(size=shape)
     # Reassociated sums of m terms: scale the closed-form tolerance by m.
     assert_close(two_combinations(W, D), W @ D, scale=shape[0])
+
+
+def test_available_backends_leave_the_simulator_out_of_benchmarks():
+    from fairagg.kernels import available_backends
+
+    assert available_backends()[:2] == ("numpy", "numba")
+    if on_simulator():
+        assert available_backends() == ("numpy", "numba")
+        assert available_backends(simulator=True) == BACKENDS

@@ -26,9 +26,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _bench import median_time, read_probe, write_results  # noqa: E402
 
 from fairagg import fedavg, make_reports  # noqa: E402
-from fairagg.kernels import BACKENDS  # noqa: E402
+from fairagg.kernels import available_backends  # noqa: E402
 
 SIZES = ((10, 10**5), (100, 10**5), (10, 10**6), (100, 10**6))
+BACKENDS = available_backends()
 
 
 def measure(m: int, d: int, repeats: int, rng: np.random.Generator) -> dict:

@@ -1,24 +1,69 @@
 """Backends of the hot aggregation loops (DESIGN.md, "Backends").
 
 The NumPy float64 code is the specification; other backends must equal it within the tolerance
-table. Available: ``"numpy"`` (the reference) and ``"numba"`` (``kernels/cpu.py``, parallel CPU
-kernels). A backend name is validated where a rule is built.
+table. The API the rules call, each with ``backend=``:
+
+- :func:`weighted_update` θ − Σ_k w_k δ_k (with a finiteness witness) and :func:`weighted_sum`
+  Σ_k w_k δ_k: every averaging rule;
+- :func:`row_sq_norms` ‖δ_k‖² (float64): q-FedAvg's h_k, FedMGDA+'s normalisation, FedFV;
+- :func:`gram` G = D Dᵀ (float64): FedMGDA+'s min-norm QP, FedFV's coefficient space.
+
+Backends: ``"numpy"`` (the reference), ``"numba"`` (``kernels/cpu.py``, parallel CPU kernels;
+the Gram matrix is BLAS's, which no hand-written CPU loop beats) and ``"cuda"``
+(``kernels/cuda.py``, numba.cuda; imported only when used, so the package works without CUDA,
+and run under numba's simulator where there is no GPU). A backend name is validated where a rule
+is built.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import numpy as np
 
 from .._checks import check_choice
 
-__all__ = ["BACKENDS", "check_backend", "weighted_sum", "weighted_update"]
+__all__ = [
+    "BACKENDS",
+    "available_backends",
+    "check_backend",
+    "gram",
+    "row_sq_norms",
+    "weighted_sum",
+    "weighted_update",
+]
 
-BACKENDS: tuple[str, ...] = ("numpy", "numba")
+BACKENDS: tuple[str, ...] = ("numpy", "numba", "cuda")
+
+
+def _cuda():
+    from . import cuda
+
+    return cuda
+
+
+def available_backends(*, simulator: bool = False) -> tuple[str, ...]:
+    """The backends that run here: always ``"numpy"`` and ``"numba"``; ``"cuda"`` with a CUDA GPU,
+    or also under numba's simulator when ``simulator`` is True (benchmarks leave it out: the
+    simulator's timings mean nothing)."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1" and not simulator:
+        return BACKENDS[:2]
+    return BACKENDS if _cuda().available() else BACKENDS[:2]
 
 
 def check_backend(backend: str) -> str:
-    """Validate a ``backend`` argument against :data:`BACKENDS`."""
-    return check_choice(backend, "backend", BACKENDS)
+    """Validate a ``backend`` argument against :data:`BACKENDS`; ``"cuda"`` must be usable here
+    (a CUDA GPU, or the simulator switched on with ``NUMBA_ENABLE_CUDASIM=1``)."""
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "cuda" and not _cuda().available():
+        sim = os.environ.get("NUMBA_ENABLE_CUDASIM", "0")
+        raise ValueError(
+            "backend='cuda' needs a CUDA GPU that numba can use (numba.cuda.is_available() is "
+            f"False; NUMBA_ENABLE_CUDASIM={sim}); set NUMBA_ENABLE_CUDASIM=1 before numba is "
+            "imported to run the kernels in numba's simulator"
+        )
+    return backend
 
 
 def weighted_sum(weights: np.ndarray, deltas: np.ndarray, backend: str = "numpy") -> np.ndarray:
@@ -26,9 +71,10 @@ def weighted_sum(weights: np.ndarray, deltas: np.ndarray, backend: str = "numpy"
 
     One pass over the (m, d) matrix (a BLAS matrix-vector product on the NumPy backend).
     """
-    check_backend(backend)
-    if backend == "numba":
-        out, _ = weighted_update(np.zeros(deltas.shape[1], deltas.dtype), deltas, -weights, "numba")
+    check_choice(backend, "backend", BACKENDS)
+    if backend != "numpy":
+        zero = np.zeros(deltas.shape[1], deltas.dtype)
+        out, _ = weighted_update(zero, deltas, -np.asarray(weights), backend)
         return out
     return weights.astype(deltas.dtype, copy=False) @ deltas
 
@@ -39,9 +85,10 @@ def weighted_update(
     """θ − Σ_k weights_k δ_k for validated ``theta`` (d,), ``deltas`` (m, d), ``weights`` (m,).
 
     Returns ``(out, maybe_finite)``: ``maybe_finite`` is True when every entry of ``out`` is
-    certainly finite; False asks the caller for a full check (see ``kernels.cpu``).
+    certainly finite; False asks the caller for a full check (see ``kernels.cpu``). The CUDA
+    backend also takes numba device arrays, and returns a device array when ``theta`` is one.
     """
-    check_backend(backend)
+    check_choice(backend, "backend", BACKENDS)
     if backend == "numba":
         from . import cpu
 
@@ -51,5 +98,42 @@ def weighted_update(
             np.ascontiguousarray(deltas, dtype=dtype),
             np.asarray(weights, dtype=dtype),
         )
+    if backend == "cuda":
+        cu = _cuda()
+        if isinstance(theta, np.ndarray) and isinstance(deltas, np.ndarray):
+            dtype = np.result_type(theta, deltas)
+            theta = np.ascontiguousarray(theta, dtype=dtype)
+            deltas = np.ascontiguousarray(deltas, dtype=dtype)
+        return cu.weighted_update(theta, deltas, weights)
     out = theta - weighted_sum(weights, deltas)
     return out, bool(np.isfinite(out.sum()))
+
+
+def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:
+    """‖δ_k‖² of each row of a validated (m, d) ``deltas``, float64, shape (m,).
+
+    The reference squares and sums in float64; float32 input is widened first.
+    """
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "cuda":
+        return _cuda().row_sq_norms(deltas)
+    if backend == "numba":
+        from . import cpu
+
+        return cpu.row_sq_norms(np.ascontiguousarray(deltas))
+    D = np.asarray(deltas, dtype=np.float64)
+    return np.einsum("ij,ij->i", D, D)
+
+
+def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
+    """G = D Dᵀ of a validated (m, d) ``deltas``, float64, shape (m, m), exactly symmetric.
+
+    The reference is one float64 GEMM (float32 input is widened first); ``"numba"`` is the same
+    BLAS call, ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
+    """
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "cuda":
+        return _cuda().gram(deltas)
+    D = np.asarray(deltas, dtype=np.float64)
+    G = D @ D.T
+    return np.triu(G) + np.triu(G, 1).T

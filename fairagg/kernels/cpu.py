@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["two_combinations", "weighted_update"]
+__all__ = ["row_sq_norms", "two_combinations", "weighted_update"]
 
 _BLOCK = 4096  # columns per task: 32 KiB of float64 output, resident in L1/L2 across the m rows
 
@@ -135,3 +135,31 @@ def two_combinations(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out = np.empty((2, rows.shape[1]))
     _two_combinations(weights[0].copy(), weights[1].copy(), rows, out[0], out[1])
     return out
+
+
+@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
+def _row_sq_norms(D, partial):
+    # Threads own blocks of columns (as in ``_weighted_update``), so that m = 1 still uses every
+    # core; each block's partial sums are kept and added in block order: deterministic.
+    m, d = D.shape
+    nblk = (d + _BLOCK - 1) // _BLOCK
+    for b in prange(nblk):
+        lo = b * _BLOCK
+        hi = min(lo + _BLOCK, d)
+        for k in range(m):
+            r = D[k, lo:hi]
+            s = 0.0
+            for j in range(hi - lo):
+                x = np.float64(r[j])
+                s += x * x
+            partial[k, b] = s
+
+
+def row_sq_norms(deltas: np.ndarray) -> np.ndarray:
+    """‖δ_k‖² of every row of a C-contiguous (m, d) float32/float64 array, in float64, shape
+    (m,): one parallel pass."""
+    m, d = deltas.shape
+    nblk = (d + _BLOCK - 1) // _BLOCK
+    partial = np.empty((m, nblk))
+    _row_sq_norms(deltas, partial)
+    return partial.sum(axis=1)

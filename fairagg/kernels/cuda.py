@@ -1,0 +1,221 @@
+"""numba.cuda kernels of the aggregation hot loops, tested equal to the NumPy reference.
+
+Imported only when a caller asks for ``backend="cuda"`` (:mod:`fairagg.kernels` imports it
+lazily), so the package works on machines without CUDA. Without a GPU the kernels run under
+numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba is first imported): slow,
+but the same code, which is how the test suite checks them on CPU-only machines.
+
+The kernels are written for the memory system of a GPU, not transliterated from the CPU ones:
+
+- ``weighted_update``: out = θ − Σ_k w_k δ_k. One thread per column (grid-stride), the m rows
+  read in order, so that the 32 threads of a warp load 32 consecutive entries of a row
+  (coalesced); the (m, d) matrix is read once. Each block also reduces the sum of its columns of
+  ``out`` in shared memory: the finiteness witness, without a second pass.
+- ``row_sq_norms``: ‖δ_k‖² in float64. A 2-D grid, blocks along d × one row per grid row;
+  each thread accumulates a grid-stride partial, a shared-memory tree reduces the block, and the
+  per-block partials (m × blocks) are summed on the host: deterministic (no atomics), one pass.
+- ``gram``: G = D Dᵀ in float64. 16 × 16 output tiles, each step staging 16 rows × 64
+  columns of both factors in shared memory (loaded along d, coalesced; padded against bank
+  conflicts); only tiles on or above the diagonal are computed (G is symmetric), and the d axis
+  is split over the third grid dimension so that small m still fills the device; the split
+  partials are summed on the host.
+
+Inputs may be NumPy arrays or numba device arrays. Device inputs stay on the device: a caller
+that keeps its (m, d) updates there across a round pays no transfer, and results come back as
+device arrays when ``theta`` (``weighted_update``) is one. float32 and float64 inputs are
+accepted; ``weighted_update`` computes in the input dtype like the CPU kernels, the norms and
+the Gram matrix accumulate in float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from numba import config, cuda, float64
+
+__all__ = ["available", "gram", "row_sq_norms", "weighted_update"]
+
+#: Whether the kernels run in numba's simulator, which executes every GPU thread as a Python
+#: thread: launches there use small blocks and few of them (the grid-stride loops and partial
+#: blocks are then exercised more, not less), so that tests on CPU-only machines stay fast.
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+#: Threads per block of the 1-D kernels (a power of two: the tree reductions halve it).
+TPB = 32 if SIMULATOR else 128
+#: Output tile of the Gram kernel (TILE × TILE threads per block) and the columns it stages per
+#: step (a multiple of TILE).
+TILE = 8 if SIMULATOR else 16
+KTILE = 64
+#: Upper bound on the blocks a launch uses along d (the grid-stride loops cover the rest).
+MAX_BLOCKS = 4 if SIMULATOR else 1024
+#: About this many blocks are aimed at by the Gram kernel's split of d.
+GRAM_BLOCKS = 4 if SIMULATOR else 256
+
+
+def available() -> bool:
+    """Whether numba.cuda can run kernels here (a CUDA GPU, or the simulator)."""
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # pragma: no cover - driver errors on broken installations
+        return False
+
+
+@cuda.jit
+def _weighted_update_kernel(theta, deltas, w, out, partial):
+    buf = cuda.shared.array(TPB, float64)
+    tid = cuda.threadIdx.x
+    m, d = deltas.shape
+    j = cuda.blockIdx.x * cuda.blockDim.x + tid
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    s = 0.0
+    while j < d:
+        acc = theta[j]
+        for k in range(m):
+            acc -= w[k] * deltas[k, j]
+        out[j] = acc
+        s += acc
+        j += stride
+    buf[tid] = s
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            buf[tid] += buf[tid + half]
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        partial[cuda.blockIdx.x] = buf[0]
+
+
+@cuda.jit
+def _row_sq_norms_kernel(deltas, partial):
+    buf = cuda.shared.array(TPB, float64)
+    tid = cuda.threadIdx.x
+    row = cuda.blockIdx.y
+    d = deltas.shape[1]
+    j = cuda.blockIdx.x * cuda.blockDim.x + tid
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    s = 0.0
+    while j < d:
+        x = float64(deltas[row, j])
+        s += x * x
+        j += stride
+    buf[tid] = s
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            buf[tid] += buf[tid + half]
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        partial[row, cuda.blockIdx.x] = buf[0]
+
+
+@cuda.jit
+def _gram_kernel(D, chunk, partial):
+    # Block (bi, bj, bk) computes tile (bi, bj) of G over columns [bk·chunk, (bk+1)·chunk),
+    # staging TILE rows × KTILE columns of each factor in shared memory per step.
+    bi = cuda.blockIdx.x
+    bj = cuda.blockIdx.y
+    bk = cuda.blockIdx.z
+    if bj < bi:  # G is symmetric: tiles below the diagonal are not computed (uniform per block)
+        return
+    A = cuda.shared.array((TILE, KTILE + 1), float64)
+    B = cuda.shared.array((TILE, KTILE + 1), float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    m, d = D.shape
+    lo = bk * chunk
+    hi = min(lo + chunk, d)
+    ra = bi * TILE + ty  # the rows this thread loads
+    rb = bj * TILE + ty
+    acc = 0.0
+    for k0 in range(lo, hi, KTILE):
+        for p in range(0, KTILE, TILE):
+            c = k0 + p + tx  # consecutive tx read consecutive columns: coalesced
+            A[ty, p + tx] = float64(D[ra, c]) if ra < m and c < hi else 0.0
+            B[ty, p + tx] = float64(D[rb, c]) if rb < m and c < hi else 0.0
+        cuda.syncthreads()
+        for q in range(KTILE):
+            acc += A[ty, q] * B[tx, q]
+        cuda.syncthreads()
+    i = bi * TILE + ty
+    j = bj * TILE + tx
+    if i < m and j < m:
+        partial[bk, i, j] = acc
+
+
+@contextlib.contextmanager
+def _launch_context():
+    """The simulator runs kernels on NumPy scalars, which warn on overflow and invalid
+    operations where a GPU silently produces infinity or NaN (the semantics the callers'
+    finiteness witnesses rely on): silence those warnings there."""
+    if not SIMULATOR:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _is_device(a: Any) -> bool:
+    # numba's device arrays (and the simulator's stand-ins) are not ndarrays and copy to host.
+    return not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host")
+
+
+def _to_device(a: Any):
+    return a if _is_device(a) else cuda.to_device(np.ascontiguousarray(a))
+
+
+def _blocks(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, math.ceil(n / TPB)))
+
+
+def weighted_update(theta: Any, deltas: Any, weights: Any) -> tuple[Any, bool]:
+    """``θ − Σ_k weights_k δ_k`` on the GPU; returns ``(out, maybe_finite)`` as the CPU kernel.
+
+    ``out`` is a device array when ``theta`` is one, else a NumPy array.
+    """
+    d_theta, d_deltas = _to_device(theta), _to_device(deltas)
+    dtype = np.dtype(d_deltas.dtype)
+    w = _to_device(np.asarray(weights, dtype=dtype))
+    d = d_theta.shape[0]
+    nb = _blocks(d)
+    out = cuda.device_array(d, dtype=np.dtype(d_theta.dtype))
+    partial = cuda.device_array(nb, dtype=np.float64)
+    with _launch_context():
+        _weighted_update_kernel[nb, TPB](d_theta, d_deltas, w, out, partial)
+    maybe_finite = bool(np.isfinite(partial.copy_to_host().sum()))
+    return (out if _is_device(theta) else out.copy_to_host()), maybe_finite
+
+
+def row_sq_norms(deltas: Any) -> np.ndarray:
+    """‖δ_k‖² of every row, float64, shape (m,) (a NumPy array)."""
+    D = _to_device(deltas)
+    m, d = D.shape
+    nb = max(1, min(max(1, MAX_BLOCKS // m), math.ceil(d / TPB)))
+    partial = cuda.device_array((m, nb), dtype=np.float64)
+    with _launch_context():
+        _row_sq_norms_kernel[(nb, m), TPB](D, partial)
+    return partial.copy_to_host().sum(axis=1)
+
+
+def gram(deltas: Any) -> np.ndarray:
+    """G = D Dᵀ, float64, shape (m, m) (a NumPy array)."""
+    D = _to_device(deltas)
+    m, d = D.shape
+    nt = math.ceil(m / TILE)
+    tiles = nt * (nt + 1) // 2
+    # Split d so that about GRAM_BLOCKS blocks run, but never below 4 steps of columns a block.
+    splits = max(1, min(math.ceil(GRAM_BLOCKS / tiles), math.ceil(d / (4 * KTILE))))
+    chunk = math.ceil(math.ceil(d / splits) / KTILE) * KTILE
+    splits = math.ceil(d / chunk)
+    partial = cuda.device_array((splits, m, m), dtype=np.float64)
+    with _launch_context():
+        _gram_kernel[(nt, nt, splits), (TILE, TILE)](D, chunk, partial)
+    S = partial.copy_to_host().sum(axis=0)
+    return np.triu(S) + np.triu(S, 1).T
