@@ -5,7 +5,8 @@ table. The API the rules call, each with ``backend=``:
 
 - :func:`weighted_update` θ − Σ_k w_k δ_k (with a finiteness witness) and :func:`weighted_sum`
   Σ_k w_k δ_k: every averaging rule;
-- :func:`row_sq_norms` ‖δ_k‖² (float64): q-FedAvg's h_k, FedMGDA+'s normalisation, FedFV;
+- :func:`row_sq_norms` ‖δ_k‖² (float64): FedMGDA+'s normalisation, FedFV;
+- :func:`weighted_sum_sq_norms` both of Σ_k w_k δ_k and ‖δ_k‖² in one pass: q-FedAvg;
 - :func:`gram` G = D Dᵀ (float64): FedMGDA+'s min-norm QP, FedFV's coefficient space.
 
 Backends: ``"numpy"`` (the reference), ``"numba"`` (``kernels/cpu.py``, parallel CPU kernels;
@@ -31,6 +32,7 @@ __all__ = [
     "gram",
     "row_sq_norms",
     "weighted_sum",
+    "weighted_sum_sq_norms",
     "weighted_update",
 ]
 
@@ -107,6 +109,23 @@ def weighted_update(
         return cu.weighted_update(theta, deltas, weights)
     out = theta - weighted_sum(weights, deltas)
     return out, bool(np.isfinite(out.sum()))
+
+
+def weighted_sum_sq_norms(
+    weights: np.ndarray, deltas: Any, backend: str = "numpy"
+) -> tuple[Any, np.ndarray]:
+    """(Σ_k weights_k δ_k, ‖δ_k‖²) for validated ``weights`` (m,) and ``deltas`` (m, d): the sum
+    in the dtype of ``deltas``, the squared norms in float64. ``"numba"`` and ``"cuda"`` read
+    the matrix once for both (q-FedAvg's fused reduction); the reference is the two NumPy
+    expressions."""
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "cuda":
+        return _cuda().weighted_sum_sq_norms(weights, deltas)
+    if backend == "numba":
+        from . import cpu
+
+        return cpu.weighted_sum_sq_norms(np.asarray(weights), np.ascontiguousarray(deltas))
+    return weighted_sum(np.asarray(weights), deltas), row_sq_norms(deltas)
 
 
 def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:

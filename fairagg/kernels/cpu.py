@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["row_sq_norms", "two_combinations", "weighted_update"]
+__all__ = ["row_sq_norms", "two_combinations", "weighted_sum_sq_norms", "weighted_update"]
 
 _BLOCK = 4096  # columns per task: 32 KiB of float64 output, resident in L1/L2 across the m rows
 
@@ -163,3 +163,39 @@ def row_sq_norms(deltas: np.ndarray) -> np.ndarray:
     partial = np.empty((m, nblk))
     _row_sq_norms(deltas, partial)
     return partial.sum(axis=1)
+
+
+@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
+def _weighted_sum_sq_norms(D, w, out, partial):
+    # One pass: each column block of ``out`` stays in cache while the m rows stream through it,
+    # and every row's squares over the block are summed on the way.
+    m, d = D.shape
+    nblk = (d + _BLOCK - 1) // _BLOCK
+    for b in prange(nblk):
+        lo = b * _BLOCK
+        hi = min(lo + _BLOCK, d)
+        n = hi - lo
+        o = out[lo:hi]
+        for j in range(n):
+            o[j] = 0.0
+        for k in range(m):
+            r = D[k, lo:hi]
+            wk = w[k]
+            s = 0.0
+            for j in range(n):
+                x = r[j]
+                o[j] += wk * x
+                x64 = np.float64(x)
+                s += x64 * x64
+            partial[k, b] = s
+
+
+def weighted_sum_sq_norms(weights: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k w_k δ_k in the dtype of ``deltas``, ‖δ_k‖² in float64) of a C-contiguous (m, d)
+    ``deltas``, in one parallel pass over it (q-FedAvg's fused reduction)."""
+    m, d = deltas.shape
+    nblk = (d + _BLOCK - 1) // _BLOCK
+    out = np.empty(d, dtype=deltas.dtype)
+    partial = np.empty((m, nblk))
+    _weighted_sum_sq_norms(deltas, weights.astype(deltas.dtype), out, partial)
+    return out, partial.sum(axis=1)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda, float64
 
-__all__ = ["available", "gram", "row_sq_norms", "weighted_update"]
+__all__ = ["available", "gram", "row_sq_norms", "weighted_sum_sq_norms", "weighted_update"]
 
 #: Whether the kernels run in numba's simulator, which executes every GPU thread as a Python
 #: thread: launches there use small blocks and few of them (the grid-stride loops and partial
@@ -51,6 +51,10 @@ TILE = 8 if SIMULATOR else 16
 KTILE = 64
 #: Upper bound on the blocks a launch uses along d (the grid-stride loops cover the rest).
 MAX_BLOCKS = 4 if SIMULATOR else 1024
+#: Columns each thread of the fused kernel owns (kept in registers across all m rows), and the
+#: rows whose partial squares it stages in shared memory at a time.
+COLS = 4
+ROWS = 8 if SIMULATOR else 32
 #: About this many blocks are aimed at by the Gram kernel's split of d.
 GRAM_BLOCKS = 4 if SIMULATOR else 256
 
@@ -162,6 +166,48 @@ def _launch_context():
         yield
 
 
+@cuda.jit
+def _weighted_sum_sq_norms_kernel(D, w, out, partial):
+    # Block b owns columns [b·TPB·COLS, (b+1)·TPB·COLS); thread t owns COLS of them, strided by
+    # TPB (so a warp's loads of one row are consecutive: coalesced), and keeps their weighted
+    # sums in registers across all m rows: the matrix is read once and ``out`` written once.
+    # Each thread's squares of a row go to shared memory, ROWS rows at a time; then one thread
+    # per row sums the block's TPB partials into partial[row, b] (no atomics: deterministic).
+    sq = cuda.shared.array((ROWS, TPB), float64)
+    acc = cuda.local.array(COLS, float64)
+    tid = cuda.threadIdx.x
+    b = cuda.blockIdx.x
+    m, d = D.shape
+    base = b * TPB * COLS + tid
+    for c in range(COLS):
+        acc[c] = 0.0
+    for r0 in range(0, m, ROWS):
+        for r in range(ROWS):
+            k = r0 + r
+            s = 0.0
+            if k < m:
+                wk = w[k]
+                for c in range(COLS):
+                    j = base + c * TPB
+                    if j < d:
+                        x = D[k, j]
+                        acc[c] += wk * x
+                        x64 = float64(x)
+                        s += x64 * x64
+            sq[r, tid] = s
+        cuda.syncthreads()
+        if tid < ROWS and r0 + tid < m:
+            t = 0.0
+            for q in range(TPB):
+                t += sq[tid, q]
+            partial[r0 + tid, b] = t
+        cuda.syncthreads()
+    for c in range(COLS):
+        j = base + c * TPB
+        if j < d:
+            out[j] = acc[c]
+
+
 def _is_device(a: Any) -> bool:
     # numba's device arrays (and the simulator's stand-ins) are not ndarrays and copy to host.
     return not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host")
@@ -219,3 +265,20 @@ def gram(deltas: Any) -> np.ndarray:
         _gram_kernel[(nt, nt, splits), (TILE, TILE)](D, chunk, partial)
     S = partial.copy_to_host().sum(axis=0)
     return np.triu(S) + np.triu(S, 1).T
+
+
+def weighted_sum_sq_norms(weights: Any, deltas: Any) -> tuple[Any, np.ndarray]:
+    """(Σ_k w_k δ_k, ‖δ_k‖² in float64) in one pass over the (m, d) matrix (q-FedAvg's fused
+    reduction). The sum is a device array when ``deltas`` is one, else a NumPy array in its
+    dtype; the norms are a NumPy array."""
+    D = _to_device(deltas)
+    m, d = D.shape
+    dtype = np.dtype(D.dtype)
+    w = _to_device(np.asarray(weights, dtype=dtype))
+    nb = max(1, math.ceil(d / (TPB * COLS)))
+    out = cuda.device_array(d, dtype=dtype)
+    partial = cuda.device_array((m, nb), dtype=np.float64)
+    with _launch_context():
+        _weighted_sum_sq_norms_kernel[nb, TPB](D, w, out, partial)
+    norms = partial.copy_to_host().sum(axis=1)
+    return (out if _is_device(deltas) else out.copy_to_host()), norms

@@ -99,7 +99,7 @@ def aaggff_s(
     variant : {"paper", "official"}
     server_lr : float
         η_s ≥ 0.
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
     """
     eta_s = _common(cdf, server_lr, variant, backend)
@@ -188,7 +188,7 @@ def aaggff_d(
     variant : {"paper", "official"}
     server_lr : float
         η_s ≥ 0.
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
     """
     eta_s = _common(cdf, server_lr, variant, backend)
     if lipschitz is not None:

@@ -69,7 +69,7 @@ def apply_weighted_update(
         δ_k = θ^t − θ_k, one row per client.
     weights : ndarray, shape (m,)
         Finite weights (not required to sum to 1: callers such as q-FedAvg pass their own).
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
         ``"numpy"`` is the reference; ``"numba"`` makes one parallel pass over ``deltas``.
 
     Returns

@@ -364,7 +364,7 @@ def fedfa(
         "the client trains the model locally and sends the training accuracy").
     variant : {"paper", "flgo"}
         Server momentum sign: acceleration (default) or the public code's damping (τ = 1 only).
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
         Backend of the weighted average.
 
     ``info``: ``"weights"`` p_k, the weights of θ̄ = θ^t − Σ p_k δ_k (θ^{t+1} = θ̄ − η_s m in

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_float_array, check_real
+from ..kernels import check_backend
+from ..kernels import gram as kernel_gram
 from ..simplex import min_norm_weights
 from ..types import RoundReports, Rule
 from .fedavg import fedavg_weights, stateless_rule
@@ -48,7 +50,7 @@ class MGDAWeights(NamedTuple):
 
 
 def fedmgda_weights(
-    deltas: Any, num_samples: Any, epsilon: float, server_lr: float = 1.0
+    deltas: Any, num_samples: Any, epsilon: float, server_lr: float = 1.0, *, backend: str = "numpy"
 ) -> MGDAWeights:
     """λ* and the update weights of FedMGDA+ (SPEC §8) for the (m, d) updates ``deltas``.
 
@@ -62,6 +64,8 @@ def fedmgda_weights(
         ε ≥ 0, the half-width of the box around λ0.
     server_lr : float
         η ≥ 0.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the Gram matrix (:func:`fairagg.kernels.gram`).
     """
     D = as_float_array(deltas, "deltas", ndim=2, min_size=1)
     lam0 = fedavg_weights(num_samples)
@@ -70,8 +74,8 @@ def fedmgda_weights(
         raise ValueError(f"num_samples must have shape ({m},) to match deltas")
     eps = check_real(epsilon, "epsilon", low=0.0)
     eta = check_real(server_lr, "server_lr", low=0.0)
-    D64 = D.astype(np.float64, copy=False)
-    gram = D64 @ D64.T  # one GEMM; ⟨ĝ_i, ĝ_j⟩ = G_ij / (‖δ_i‖ ‖δ_j‖)
+    check_backend(backend)
+    gram = kernel_gram(D, backend)  # one GEMM; ⟨ĝ_i, ĝ_j⟩ = G_ij / (‖δ_i‖ ‖δ_j‖)
     norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
     inv = np.divide(1.0, norms, out=np.zeros(m), where=norms > 0)
     G = gram * inv[:, None] * inv[None, :]
@@ -94,8 +98,8 @@ def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "num
         ε ≥ 0 (0: FedAvg on normalised updates; ≥ 1: plain MGDA).
     server_lr : float
         η ≥ 0, the global step.
-    backend : {"numpy", "numba"}
-        Backend of the weighted update.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the Gram matrix and of the weighted update.
 
     ``info``: ``"weights"`` a_k on δ_k, ``"mixture"`` λ*, ``"min_norm"`` ‖Σ λ*_k ĝ_k‖.
     """
@@ -103,7 +107,7 @@ def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "num
     eta = check_real(server_lr, "server_lr", low=0.0)
 
     def weights_of(reports: RoundReports):
-        res = fedmgda_weights(reports.deltas, reports.num_samples, eps, eta)
+        res = fedmgda_weights(reports.deltas, reports.num_samples, eps, eta, backend=backend)
         return res.weights, {"mixture": res.mixture, "min_norm": res.min_norm}
 
     return stateless_rule(

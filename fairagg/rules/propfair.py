@@ -46,7 +46,7 @@ def propfair(
         ε > 0, where the surrogate switches to its continuation.
     huber : bool
         Continue by f/ε (Huber) instead of f/M.
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
     ``info["weights"]``: FedAvg's n_k/Σ_S n.

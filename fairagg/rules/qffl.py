@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_float_array, check_int, check_real
+from ..kernels import check_backend, weighted_sum, weighted_sum_sq_norms
 from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
 
 __all__ = [
@@ -110,9 +111,12 @@ def _q_step(
     eps: float,
     static: bool,
     scale: float = 1.0,
+    backend: str = "numpy",
 ) -> QStep:
     """θ − Σ_k Δ_k / Σ_k h_k with Δw_k = ``scale`` × the rows of D (validated); the scaled
-    (m, d) matrix itself is never formed."""
+    (m, d) matrix itself is never formed. ``backend="numpy"`` is the reference; the others read
+    D once for both the norms in h_k and the weighted sum (the sum's direction, Σ_k u_k δ_k, does
+    not depend on the norms, only its scale does)."""
     m = D.shape[0]
     F = _check_losses(losses, m)
     Ft = F + eps
@@ -132,22 +136,33 @@ def _q_step(
                 "static_step=True the step is lr times F̃^q-weighted gradients: lower q"
             )
         w = Fq / (m * L)
-        return QStep(theta - (scale * w) @ D, m * L, w)
+        return QStep(theta - weighted_sum(scale * w, D, backend), m * L, w)
     # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
     log_max = 0.0 if q == 0 else q * float(np.log(Ft).max())  # log max_j F̃_j^q
     u = np.ones(m) if q == 0 else np.exp(q * np.log(Ft) - log_max)
-    sq = scale * scale * np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
+    if backend == "numpy":
+        sq = scale * scale * np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
+    else:
+        direction, sq_raw = weighted_sum_sq_norms(u, D, backend)  # one pass over D
+        sq = scale * scale * sq_raw
     h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
     denom = float(u @ h_rel)
     w = u / denom
-    step = (scale * w) @ D
+    step = (scale * w) @ D if backend == "numpy" else direction * (scale / denom)
     # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
     h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
     return QStep(theta - step, h_sum, w)
 
 
 def qfedavg_step(
-    params: Any, deltas: Any, losses: Any, q: float, lr: float, epsilon: float = DEFAULT_EPSILON
+    params: Any,
+    deltas: Any,
+    losses: Any,
+    q: float,
+    lr: float,
+    epsilon: float = DEFAULT_EPSILON,
+    *,
+    backend: str = "numpy",
 ) -> QStep:
     """q-FedAvg's server update (q-FFL Alg. 1; SPEC §2).
 
@@ -169,6 +184,9 @@ def qfedavg_step(
         The clients' local learning rate; L = 1/lr.
     epsilon : float
         ε ≥ 0 (losses + ε must be positive when q > 0).
+    backend : {"numpy", "numba", "cuda"}
+        ``"numpy"`` is the reference; the others compute the norms and the weighted sum in one
+        pass over ``deltas`` (:func:`fairagg.kernels.weighted_sum_sq_norms`).
 
     Returns
     -------
@@ -178,8 +196,9 @@ def qfedavg_step(
     qv = _check_q(q)
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
     eps = check_real(epsilon, "epsilon", low=0.0)
+    check_backend(backend)
     theta, D = _directions(params, deltas, "deltas")
-    return _q_step(theta, D, losses, qv, L, eps, static=False, scale=L)
+    return _q_step(theta, D, losses, qv, L, eps, static=False, scale=L, backend=backend)
 
 
 def qfedsgd_step(
@@ -190,6 +209,8 @@ def qfedsgd_step(
     lr: float,
     epsilon: float = DEFAULT_EPSILON,
     static_step: bool = False,
+    *,
+    backend: str = "numpy",
 ) -> QStep:
     """q-FedSGD's server update (q-FFL Alg. 3; SPEC §2): q-FedAvg with Δw_k replaced by the
     full-batch gradient ∇F_k(θ^t). q = 0 is the gradient step θ^t − lr · mean_k ∇F_k.
@@ -197,15 +218,16 @@ def qfedsgd_step(
     ``static_step=True`` sets h_k = L (SPEC §2): θ^{t+1} = θ^t − lr · (1/m) Σ_k F̃_k^q ∇F_k, the
     fixed-step FedSGD on the q-FFL objective that the paper compares q-FedSGD's dynamic step
     with (its Fig. 3, "FedSGD with a best-tuned step-size"). F̃^q is not rescaled there: a
-    ValueError reports an overflow.
+    ValueError reports an overflow. ``backend`` as in :func:`qfedavg_step`.
     """
     qv = _check_q(q)
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
     eps = check_real(epsilon, "epsilon", low=0.0)
     if not isinstance(static_step, (bool, np.bool_)):
         raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
+    check_backend(backend)
     theta, G = _directions(params, grads, "grads")
-    return _q_step(theta, G, losses, qv, L, eps, static=bool(static_step))
+    return _q_step(theta, G, losses, qv, L, eps, static=bool(static_step), backend=backend)
 
 
 def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:
@@ -249,7 +271,11 @@ def _check_rule_hyper(q: float, lipschitz: float | None, epsilon: float) -> tupl
 
 
 def qfedavg(
-    *, q: float = 1.0, lipschitz: float | None = None, epsilon: float = DEFAULT_EPSILON
+    *,
+    q: float = 1.0,
+    lipschitz: float | None = None,
+    epsilon: float = DEFAULT_EPSILON,
+    backend: str = "numpy",
 ) -> Rule:
     """q-FedAvg (q-FFL Alg. 1; SPEC §2) as a rule: :func:`qfedavg_step` on the round's reports.
 
@@ -262,11 +288,14 @@ def qfedavg(
         as in the paper and its public code.
     epsilon : float
         ε ≥ 0 added to the losses.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the fused norms-and-sum reduction (:func:`qfedavg_step`).
 
     ``info``: ``"weights"`` the weight L·w_k on each δ_k (θ^{t+1} = θ^t − Σ_k weights_k δ_k),
     ``"h_sum"`` Σ_k h_k. The result has the dtype of ``params``.
     """
     qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)
+    check_backend(backend)
 
     def init(params: np.ndarray, num_clients: int) -> EmptyState:
         del params, num_clients
@@ -276,11 +305,12 @@ def qfedavg(
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=("losses",))
         L = _lipschitz_of(L0, reports, "qfedavg")
-        res = qfedavg_step(theta, reports.deltas, reports.losses, qv, 1.0 / L, eps)
+        res = qfedavg_step(theta, reports.deltas, reports.losses, qv, 1.0 / L, eps, backend=backend)
         info = {"weights": L * res.weights, "h_sum": res.h_sum}
         return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
 
-    return Rule("qfedavg", init, step, {"q": qv, "lipschitz": L0, "epsilon": eps})
+    hyper = {"q": qv, "lipschitz": L0, "epsilon": eps, "backend": backend}
+    return Rule("qfedavg", init, step, hyper)
 
 
 def qfedsgd(
@@ -290,6 +320,7 @@ def qfedsgd(
     epsilon: float = DEFAULT_EPSILON,
     static_step: bool = False,
     batch_size: int | None = None,
+    backend: str = "numpy",
 ) -> Rule:
     """q-FedSGD (q-FFL Alg. 3; SPEC §2) as a rule: :func:`qfedsgd_step` on the clients'
     gradients ∇F_k(θ^t).
@@ -302,6 +333,8 @@ def qfedsgd(
         h_k = L: fixed-step FedSGD on the q-FFL objective (the paper's tuned-FedSGD baseline).
     batch_size : int, optional
         Gradients on one minibatch of this size per client (None: full batch, as in the paper).
+    backend : {"numpy", "numba", "cuda"}
+        As in :func:`qfedavg`.
 
     ``info``: ``"weights"`` w_k with θ^{t+1} = θ^t − Σ_k w_k ∇F_k, ``"h_sum"`` Σ_k h_k.
     """
@@ -310,6 +343,7 @@ def qfedsgd(
         raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
     static = bool(static_step)
     bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
+    check_backend(backend)
 
     def init(params: np.ndarray, num_clients: int) -> EmptyState:
         del params, num_clients
@@ -319,11 +353,20 @@ def qfedsgd(
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=("losses", "gradients"))
         L = _lipschitz_of(L0, reports, "qfedsgd")
-        res = qfedsgd_step(theta, reports.gradients, reports.losses, qv, 1.0 / L, eps, static)
+        res = qfedsgd_step(
+            theta, reports.gradients, reports.losses, qv, 1.0 / L, eps, static, backend=backend
+        )
         info = {"weights": res.weights, "h_sum": res.h_sum}
         return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
 
-    hyper = {"q": qv, "lipschitz": L0, "epsilon": eps, "static_step": static, "batch_size": bsz}
+    hyper = {
+        "q": qv,
+        "lipschitz": L0,
+        "epsilon": eps,
+        "static_step": static,
+        "batch_size": bsz,
+        "backend": backend,
+    }
     return Rule(
         "qfedsgd", init, step, hyper, LocalSpec(report="gradients", gradient_batch_size=bsz)
     )

@@ -109,7 +109,7 @@ def term(
     weighting : {"samples", "uniform"}
         p_k ∝ n_k or uniform (paper variant).
     variant : {"paper", "official"}
-    backend : {"numpy", "numba"}
+    backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
     ``info``: ``"weights"`` the weight of each δ_k; ``"normaliser"`` S (official variant).
