@@ -158,7 +158,6 @@ devices' final accuracies per method, with the paper's average and worst 20 %).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -176,6 +175,9 @@ from fairagg.rules.fedfa import FedFaState, fedfa, fedfa_server_step
 from fairagg.simulate import simulate
 from fairagg.types import Aggregate, RoundReports, Rule
 from models import LogisticRegression
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _output import CsvAppender, log, write_csv  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # the paper and the experiment grid
@@ -478,24 +480,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-class _Appender:
-    """A CSV file whose header is written once and whose rows are flushed as they come."""
-
-    def __init__(self, path: Path, fields: list[str]) -> None:
-        self.path = path
-        self.fields = fields
-        with open(path, "w", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=fields).writeheader()
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        with open(self.path, "a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.fields, extrasaction="ignore").writerows(rows)
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _ms(vals: list[float]) -> tuple[float | None, float | None]:
@@ -1114,17 +1098,17 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    runs_csv = _Appender(out / "runs.csv", RUN_FIELDS)
-    acc_csv = _Appender(
+    runs_csv = CsvAppender(out / "runs.csv", RUN_FIELDS)
+    acc_csv = CsvAppender(
         out / "accuracies.csv",
         ["dataset", "method", "seed", "device", "test_samples", "test_accuracy"],
     )
-    curve_csv = _Appender(
+    curve_csv = CsvAppender(
         out / "curves.csv",
         ["dataset", "method", "seed", "round", "mean_test_accuracy", "mean_train_loss"],
     )
     total = len(args.datasets) * len(args.methods) * len(args.seeds)
-    _log(
+    log(
         f"FedFa on Synthetic: {args.devices} devices, {args.clients_per_round} per round "
         f"(uniform), {args.rounds} rounds, E={args.epochs}, batch {args.batch}, lr {args.lr:g} "
         f"(FedFa {args.fedfa_lr:g}), FedProx μ={args.prox_mu:g}, FedFa γ={args.gamma:g} "
@@ -1199,7 +1183,7 @@ def _main(args: argparse.Namespace) -> int:
                     )
                 else:
                     what = row["status"]
-                _log(
+                log(
                     f"[{done:>{len(str(total))}}/{total}] {name:<17} seed {seed:<2} "
                     f"{row['label']:<21} {what}  ({row['seconds']:.1f} s; elapsed "
                     f"{time.perf_counter() - start:.0f} s)"
@@ -1227,10 +1211,7 @@ def _main(args: argparse.Namespace) -> int:
     (out / "table.txt").write_text(
         text + "\n\n" + "\n".join(verdict_lines) + "\n\n" + "\n".join(finding_lines) + "\n"
     )
-    with open(out / "table.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "table.csv", rows)
     if any(r["ok"] for r in runs):
         _plot_ablation(runs, args, out / "momentum_ablation.png", caption)
         _plot_final(runs, args, out / "final_accuracies.png", caption)

@@ -148,7 +148,6 @@ against the paper's, and the mean and spread of the test accuracies along the ro
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import json
 import math
@@ -164,6 +163,9 @@ from fairagg.metrics import fairness_summary
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
 from models import MLP, LogisticRegression
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _output import CsvAppender, log, write_csv  # noqa: E402
 
 #: The paper's Table 3 (Fashion-MNIST): per class (shirt, pullover, T-shirt), Ave., "Var." (which
 #: is the std of the three percent accuracies); (mean, std) over 5 seeds.
@@ -373,24 +375,6 @@ def _federate(
 
 # ------------------------------------------------------------------------------------------------
 # output helpers
-
-
-class _Appender:
-    """A CSV file whose header is written once and whose rows are flushed as they come."""
-
-    def __init__(self, path: Path, fields: list[str]) -> None:
-        self.path = path
-        self.fields = fields
-        with open(path, "w", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=fields).writeheader()
-
-    def write(self, row: dict[str, Any]) -> None:
-        with open(self.path, "a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.fields).writerow(row)
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _ms(vals: list[float]) -> tuple[float | None, float | None]:
@@ -778,16 +762,16 @@ def _main(args: argparse.Namespace) -> int:
     classes = args.classes if args.classes is not None else ranked[0][1]
     chosen_by = "--classes" if args.classes is not None else "auto (most confused triple)"
     score = {t: s for s, t in ranked}
-    _log(
+    log(
         f"classes {classes} ({chosen_by}; {score[tuple(sorted(classes))]} confusions within the "
         f"triple; top triples: "
         + ", ".join(f"{'/'.join(map(str, t))}: {s}" for s, t in ranked[:4])
         + ")"
     )
     specs = [m for m in METHODS if m[0] in args.methods]
-    runs_csv = _Appender(out / "runs.csv", RUN_FIELDS)
+    runs_csv = CsvAppender(out / "runs.csv", RUN_FIELDS)
     total = len(specs) * len(args.seeds)
-    _log(
+    log(
         f"{len(specs)} methods × {len(args.seeds)} seeds = {total} runs: {args.rounds} rounds, "
         f"lr {args.lr:g}, {'full batch' if args.batch == 0 else f'batch {args.batch}'}, "
         f"{args.epochs} epoch(s), model {args.model}, features {8 // args.pool}×{8 // args.pool}"
@@ -809,14 +793,14 @@ def _main(args: argparse.Namespace) -> int:
         for spec in specs:
             row = _run_one(spec, model, data, args, seed)
             runs.append(row)
-            runs_csv.write({k: row.get(k) for k in RUN_FIELDS})
+            runs_csv.write([row])
             done += 1
             if row["ok"]:
                 accs = " ".join(f"{row[f'acc_{k + 1}']:5.1f}" for k in range(NUM_CLIENTS))
                 what = f"acc {accs}  mean {row['mean']:5.1f}  std {row['std']:5.2f}"
             else:
                 what = row["status"]
-            _log(
+            log(
                 f"[{done:>{len(str(total))}}/{total}] seed {seed:<2} {spec[1]:<18} {what}  "
                 f"({row['seconds']:.1f} s; elapsed {time.perf_counter() - start:.0f} s)"
             )
@@ -833,10 +817,7 @@ def _main(args: argparse.Namespace) -> int:
     text = _text_tables(rows, classes, caption)
     verdict, verdict_lines = _verdict(rows)
     (out / "table.txt").write_text(text + "\n\n" + "\n".join(verdict_lines) + "\n")
-    with open(out / "table.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "table.csv", rows)
     if any(r["runs"] > 0 for r in rows):
         _plot(rows, runs, classes, out / "fedfv_fmnist_style.png", caption)
     summary = {

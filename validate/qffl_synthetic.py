@@ -68,6 +68,7 @@ import argparse
 import csv
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,9 @@ from fairagg.metrics import fairness_summary
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
 from models.logistic import LogisticRegression
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _output import CsvAppender  # noqa: E402
 
 #: Table 9 of the q-FFL paper (Synthetic): q → metric → (mean, std).
 PAPER_TABLE9: dict[float, dict[str, tuple[float, float]]] = {
@@ -234,21 +238,6 @@ def _data_stats(data: Any) -> dict[str, Any]:
         "samples_per_device_max": int(n.max()),
         "test_samples_min": int(np.diff(data.test_offsets).min()),
     }
-
-
-class _Appender:
-    """A CSV file whose header is written once and whose rows are flushed as they come."""
-
-    def __init__(self, path: Path, fields: tuple[str, ...] | list[str]) -> None:
-        self.path = path
-        self.fields = list(fields)
-        with open(path, "w", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.fields).writeheader()
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        with open(self.path, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=self.fields)
-            w.writerows(rows)
 
 
 def _table(runs: list[dict[str, Any]], qs: list[float]) -> list[dict[str, Any]]:
@@ -412,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    runs_csv = _Appender(out / "runs.csv", RUN_FIELDS)
-    acc_csv = _Appender(
+    runs_csv = CsvAppender(out / "runs.csv", RUN_FIELDS)
+    acc_csv = CsvAppender(
         out / "accuracies.csv", ("q", "seed", "device", "test_samples", "test_accuracy")
     )
     config = {

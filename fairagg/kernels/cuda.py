@@ -67,6 +67,20 @@ def available() -> bool:
         return False
 
 
+@cuda.jit(device=True)
+def _block_sum(buf, tid, value):
+    """Tree-reduce every thread's ``value`` into ``buf[0]`` (a shared array of blockDim.x
+    float64, blockDim.x a power of two); every thread of the block must call it."""
+    buf[tid] = value
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            buf[tid] += buf[tid + half]
+        cuda.syncthreads()
+        half //= 2
+
+
 @cuda.jit
 def _weighted_update_kernel(theta, deltas, w, out, partial):
     buf = cuda.shared.array(TPB, float64)
@@ -82,14 +96,7 @@ def _weighted_update_kernel(theta, deltas, w, out, partial):
         out[j] = acc
         s += acc
         j += stride
-    buf[tid] = s
-    cuda.syncthreads()
-    half = cuda.blockDim.x // 2
-    while half > 0:
-        if tid < half:
-            buf[tid] += buf[tid + half]
-        cuda.syncthreads()
-        half //= 2
+    _block_sum(buf, tid, s)
     if tid == 0:
         partial[cuda.blockIdx.x] = buf[0]
 
@@ -107,14 +114,7 @@ def _row_sq_norms_kernel(deltas, partial):
         x = float64(deltas[row, j])
         s += x * x
         j += stride
-    buf[tid] = s
-    cuda.syncthreads()
-    half = cuda.blockDim.x // 2
-    while half > 0:
-        if tid < half:
-            buf[tid] += buf[tid + half]
-        cuda.syncthreads()
-        half //= 2
+    _block_sum(buf, tid, s)
     if tid == 0:
         partial[row, cuda.blockIdx.x] = buf[0]
 
