@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairagg import apply_weighted_update, fairavg, fedavg, make_reports
-from fairagg.kernels import BACKENDS, gram, row_sq_norms, weighted_sum, weighted_update
+from fairagg.kernels import (
+    BACKENDS,
+    gram,
+    row_sq_norms,
+    two_combinations,
+    weighted_sum,
+    weighted_update,
+)
 from tests.conftest import on_simulator
 from tests.tolerances import assert_close
 
@@ -136,18 +143,27 @@ def test_cuda_keeps_device_arrays_on_the_device():
     assert_close(out.copy_to_host(), theta - w @ D, scale=3)
     assert_close(row_sq_norms(d_D, "cuda"), (D * D).sum(axis=1), scale=70)
     assert_close(gram(d_D, "cuda"), D @ D.T, scale=70)
+    total = weighted_sum(w, d_D, "cuda")
+    assert not isinstance(total, np.ndarray)
+    assert_close(total.copy_to_host(), w @ D, scale=3)
+    assert_close(two_combinations(np.stack([w, -w]), d_D, "cuda"), np.stack([w, -w]) @ D, scale=3)
 
 
-@given(shape=st.tuples(st.integers(1, 13), st.integers(1, 9000)), seed=st.integers(0, 2**32 - 1))
-def test_two_combinations_equals_the_matrix_product(shape, seed):
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), f32=st.booleans())
+@settings(max_examples=15 if on_simulator() else 50)
+def test_two_combinations_equals_the_matrix_product(backend, data, seed, f32):
     """FedFV's final pass (ḡ and the mean update in one pass over the updates) equals the
-    (2, m) × (m, d) product; every tail of the four-row and column-block loops is drawn."""
-    from fairagg.kernels.cpu import two_combinations
-
+    float64 (2, m) × (m, d) product; every tail of the four-row and column-block loops (CPU)
+    and of the grid-stride loop (CUDA) is drawn."""
     rng = np.random.default_rng(seed)
-    W, D = rng.normal(size=(2, shape[0])), rng.normal(size=shape)
+    m, d = data.draw(shapes_for(backend), label="shape")
+    W = rng.normal(size=(2, m))
+    D = rng.normal(size=(m, d)).astype(np.float32 if f32 else np.float64)
+    V = two_combinations(W, D, backend)
+    assert V.dtype == np.float64 and V.shape == (2, d)
     # Reassociated sums of m terms: scale the closed-form tolerance by m.
-    assert_close(two_combinations(W, D), W @ D, scale=shape[0])
+    assert_close(V, W @ D.astype(np.float64), scale=m)
 
 
 def test_available_backends_leave_the_simulator_out_of_benchmarks():
@@ -197,3 +213,42 @@ def test_every_rule_with_a_backend_agrees_across_backends(name, backend):
         results[b] = agg.params
     # Sums of m terms (and m × d for norms and Gram entries) in another order.
     assert_close(results[backend], results["numpy"], scale=m * d)
+
+
+def test_fedfv_with_a_window_agrees_across_backends(backend):
+    """FedFV's Gram path with earlier rounds' updates in the window (τ = 2, changing client
+    sets, so that U = [D; H] has rows of both kinds) gives the reference's steps and weights on
+    every backend; the vector method, the readable specification, is NumPy only."""
+    from fairagg.rules.fedfv import fedfv
+
+    rng = np.random.default_rng(11)
+    K, m, d = 7, 3, 90
+    theta0 = rng.standard_normal(d)
+    rounds = [
+        make_reports(
+            rng.standard_normal((m, d)),
+            np.full(m, 10),
+            losses=rng.random(m),
+            client_ids=ids,
+            num_clients=K,
+        )
+        for ids in ([0, 1, 2], [3, 4, 5], [6, 0, 3], [1, 2, 4])
+    ]
+    out = {}
+    for b in ("numpy", backend):
+        rule = fedfv(alpha=0.0, tau=2, backend=b)
+        theta, state, infos = theta0, rule.init(theta0, K), []
+        for reports in rounds:
+            agg = rule.step(theta, reports, state)
+            theta, state = agg.params, agg.state
+            infos.append(agg.info)
+        out[b] = theta, infos
+    assert any(info["history_weights"].any() for info in out["numpy"][1])  # H took part
+    assert_close(out[backend][0], out["numpy"][0], scale=m * d)
+    for got, want in zip(out[backend][1], out["numpy"][1], strict=True):
+        assert_close(got["weights"], want["weights"], scale=m * d)
+        assert_close(got["history_weights"], want["history_weights"], scale=m * d)
+        assert got["projections"] == want["projections"]
+    if backend != "numpy":
+        with pytest.raises(ValueError, match="method='gram'"):
+            fedfv(method="vector", backend=backend)

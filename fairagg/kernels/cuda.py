@@ -11,6 +11,8 @@ The kernels are written for the memory system of a GPU, not transliterated from 
   read in order, so that the 32 threads of a warp load 32 consecutive entries of a row
   (coalesced); the (m, d) matrix is read once. Each block also reduces the sum of its columns of
   ``out`` in shared memory: the finiteness witness, without a second pass.
+- ``weighted_sum`` (Σ_k w_k δ_k, the same kernel started from 0) and ``two_combinations``
+  (W @ D for a (2, m) W, FedFV's ḡ and mean update: both sums kept in registers from one read).
 - ``row_sq_norms``: ‖δ_k‖² in float64. A 2-D grid, blocks along d × one row per grid row;
   each thread accumulates a grid-stride partial, a shared-memory tree reduces the block, and the
   per-block partials (m × blocks) are summed on the host: deterministic (no atomics), one pass.
@@ -37,7 +39,15 @@ from typing import Any
 import numpy as np
 from numba import config, cuda, float64
 
-__all__ = ["available", "gram", "row_sq_norms", "weighted_sum_sq_norms", "weighted_update"]
+__all__ = [
+    "available",
+    "gram",
+    "row_sq_norms",
+    "two_combinations",
+    "weighted_sum",
+    "weighted_sum_sq_norms",
+    "weighted_update",
+]
 
 #: Whether the kernels run in numba's simulator, which executes every GPU thread as a Python
 #: thread: launches there use small blocks and few of them (the grid-stride loops and partial
@@ -82,7 +92,9 @@ def _block_sum(buf, tid, value):
 
 
 @cuda.jit
-def _weighted_update_kernel(theta, deltas, w, out, partial):
+def _weighted_update_kernel(theta, deltas, w, out, partial, has_theta):
+    # ``has_theta`` False starts every column from theta[0] (a one-entry zero) instead of θ: the
+    # weighted sum, called with −w, without a d-vector of zeros to read.
     buf = cuda.shared.array(TPB, float64)
     tid = cuda.threadIdx.x
     m, d = deltas.shape
@@ -90,7 +102,7 @@ def _weighted_update_kernel(theta, deltas, w, out, partial):
     stride = cuda.gridDim.x * cuda.blockDim.x
     s = 0.0
     while j < d:
-        acc = theta[j]
+        acc = theta[j] if has_theta else theta[0]
         for k in range(m):
             acc -= w[k] * deltas[k, j]
         out[j] = acc
@@ -99,6 +111,25 @@ def _weighted_update_kernel(theta, deltas, w, out, partial):
     _block_sum(buf, tid, s)
     if tid == 0:
         partial[cuda.blockIdx.x] = buf[0]
+
+
+@cuda.jit
+def _two_combinations_kernel(w0, w1, D, out0, out1):
+    # As ``_weighted_update_kernel``: a thread per column (grid-stride, rows read in order:
+    # coalesced), both combinations accumulated in registers from one read of the matrix.
+    m, d = D.shape
+    j = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while j < d:
+        a = 0.0
+        c = 0.0
+        for k in range(m):
+            x = D[k, j]
+            a += w0[k] * x
+            c += w1[k] * x
+        out0[j] = a
+        out1[j] = c
+        j += stride
 
 
 @cuda.jit
@@ -234,9 +265,38 @@ def weighted_update(theta: Any, deltas: Any, weights: Any) -> tuple[Any, bool]:
     out = cuda.device_array(d, dtype=np.dtype(d_theta.dtype))
     partial = cuda.device_array(nb, dtype=np.float64)
     with _launch_context():
-        _weighted_update_kernel[nb, TPB](d_theta, d_deltas, w, out, partial)
+        _weighted_update_kernel[nb, TPB](d_theta, d_deltas, w, out, partial, True)
     maybe_finite = bool(np.isfinite(partial.copy_to_host().sum()))
     return (out if _is_device(theta) else out.copy_to_host()), maybe_finite
+
+
+def weighted_sum(weights: Any, deltas: Any) -> Any:
+    """``Σ_k weights_k δ_k`` in the dtype of ``deltas``: a device array when ``deltas`` is one,
+    else a NumPy array."""
+    D = _to_device(deltas)
+    m, d = D.shape
+    dtype = np.dtype(D.dtype)
+    w = _to_device(-np.asarray(weights, dtype=dtype))
+    nb = _blocks(d)
+    zero = _to_device(np.zeros(1, dtype=dtype))
+    out = cuda.device_array(d, dtype=dtype)
+    partial = cuda.device_array(nb, dtype=np.float64)
+    with _launch_context():
+        _weighted_update_kernel[nb, TPB](zero, D, w, out, partial, False)
+    return out if _is_device(deltas) else out.copy_to_host()
+
+
+def two_combinations(weights: np.ndarray, deltas: Any) -> np.ndarray:
+    """``weights @ D`` for a (2, m) float64 ``weights``, float64, shape (2, d) (a NumPy array):
+    FedFV's ḡ and mean update from one pass over the updates."""
+    D = _to_device(deltas)
+    d = D.shape[1]
+    W = np.asarray(weights, dtype=np.float64)
+    w0, w1 = _to_device(W[0]), _to_device(W[1])
+    out = cuda.device_array((2, d), dtype=np.float64)
+    with _launch_context():
+        _two_combinations_kernel[_blocks(d), TPB](w0, w1, D, out[0], out[1])
+    return out.copy_to_host()
 
 
 def row_sq_norms(deltas: Any) -> np.ndarray:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import as_float_array, check_int, check_real
+from ..kernels import check_backend, weighted_update
 from ..simplex import check_simplex_point, project_simplex
 from ..types import Aggregate, LocalSpec, RoundReports, Rule, check_reports, client_indices
 
@@ -54,7 +55,14 @@ class AFLState(NamedTuple):
 
 
 def afl_step(
-    params: Any, grads: Any, losses: Any, mixture: Any, lr: float, lambda_lr: float
+    params: Any,
+    grads: Any,
+    losses: Any,
+    mixture: Any,
+    lr: float,
+    lambda_lr: float,
+    *,
+    backend: str = "numpy",
 ) -> AFLStep:
     """One round of AFL's descent-ascent (SPEC §3).
 
@@ -70,6 +78,8 @@ def afl_step(
         λ^t, a point of the simplex.
     lr, lambda_lr : float
         γ_w > 0 and γ_λ > 0.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the descent step's pass over the (K, d) gradients (:mod:`fairagg.kernels`).
 
     Returns
     -------
@@ -89,10 +99,21 @@ def afl_step(
     )
     gw = check_real(lr, "lr", low=0.0, low_open=True)
     gl = check_real(lambda_lr, "lambda_lr", low=0.0, low_open=True)
-    return AFLStep(theta - gw * (lam @ G), project_simplex(lam + gl * F))
+    check_backend(backend)
+    with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below
+        new, maybe_finite = weighted_update(theta, G, gw * lam, backend)
+    if not maybe_finite and not np.all(np.isfinite(new)):
+        raise ValueError("the AFL step overflowed float64: lr or grads are too large")
+    return AFLStep(new, project_simplex(lam + gl * F))
 
 
-def afl(*, lr: float | None = None, lambda_lr: float = 0.01, batch_size: int | None = None) -> Rule:
+def afl(
+    *,
+    lr: float | None = None,
+    lambda_lr: float = 0.01,
+    batch_size: int | None = None,
+    backend: str = "numpy",
+) -> Rule:
     """AFL as a rule (full participation; the clients report gradients).
 
     Parameters
@@ -103,6 +124,8 @@ def afl(*, lr: float | None = None, lambda_lr: float = 0.01, batch_size: int | N
         γ_λ > 0, the mixture's step.
     batch_size : int, optional
         Gradients on one minibatch of this size per client (None: full batch).
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the descent step (see :func:`afl_step`).
 
     ``info``: ``"weights"`` γ_w λ_k, the weight of g_k in the step; ``"mixture"`` λ^{t+1}
     (indexed by client id); ``"model"`` the reported average θ̄ of the iterates, which the
@@ -112,6 +135,7 @@ def afl(*, lr: float | None = None, lambda_lr: float = 0.01, batch_size: int | N
     gw0 = None if lr is None else check_real(lr, "lr", low=0.0, low_open=True)
     gl = check_real(lambda_lr, "lambda_lr", low=0.0, low_open=True)
     bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
+    check_backend(backend)
 
     def init(params: np.ndarray, num_clients: int) -> AFLState:
         theta = as_float_array(params, "params", ndim=1)
@@ -131,7 +155,7 @@ def afl(*, lr: float | None = None, lambda_lr: float = 0.01, batch_size: int | N
             raise ValueError("afl needs γ_w: build it with lr=..., or pass reports with lr set")
         gw = gw0 if gw0 is not None else reports.lr
         lam = state.mixture[ids]  # in report order
-        res = afl_step(theta, reports.gradients, reports.losses, lam, gw, gl)
+        res = afl_step(theta, reports.gradients, reports.losses, lam, gw, gl, backend=backend)
         mixture = np.empty(K)
         mixture[ids] = res.mixture
         t = state.rounds + 1
@@ -140,5 +164,5 @@ def afl(*, lr: float | None = None, lambda_lr: float = 0.01, batch_size: int | N
         info = {"weights": gw * lam, "mixture": mixture, "model": average}
         return Aggregate(new, AFLState(mixture, average, t), info)
 
-    hyper = {"lr": gw0, "lambda_lr": gl, "batch_size": bsz}
+    hyper = {"lr": gw0, "lambda_lr": gl, "batch_size": bsz, "backend": backend}
     return Rule("afl", init, step, hyper, LocalSpec(report="gradients", gradient_batch_size=bsz))

@@ -34,7 +34,10 @@ Two implementations compute the same numbers (to round-off; ``method=``):
 - ``"gram"`` (the default): every g̃_i and ḡ stays in the span of the round's updates and the
   window's earlier ones, U = [δ_1..δ_m; h_1..h_w], so the procedure runs on coefficient vectors
   over the Gram matrix G = U Uᵀ: one GEMM (O((m+w)² d)), O(m³ + w m) work on G, and one more
-  (2, m+w) × (m+w, d) product for ḡ and the mean update.
+  (2, m+w) × (m+w, d) product for ḡ and the mean update. Its two passes over the updates run
+  on ``backend="numpy"`` (BLAS), ``"numba"`` (BLAS's SYRK and a one-pass Numba kernel for the
+  product, the fastest on a CPU) or ``"cuda"`` (:mod:`fairagg.kernels`); the coefficient-space
+  work on G is O(m³), independent of d, and stays in NumPy.
 
 Both also return the coefficient matrix of the g̃_i and the final weights, so that
 θ^{t+1} = θ^t − Σ_k a_k δ_k − Σ_h b_h h_h.
@@ -63,7 +66,7 @@ from .._checks import (
     check_int,
     check_real,
 )
-from ..kernels.cpu import two_combinations
+from ..kernels import check_backend, gram, two_combinations
 from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
 
 __all__ = [
@@ -252,6 +255,7 @@ def fedfv_direction(
     method: str = "gram",
     client_ids: Any = None,
     rescale: bool = True,
+    backend: str = "numpy",
 ) -> FedFVResult:
     """FedFV's combined update g for one round (Algs. 1-3; SPEC §7; module docstring).
 
@@ -282,12 +286,18 @@ def fedfv_direction(
     rescale : bool
         Rescale ḡ to the mean update's length (Alg. 1, line 11). False returns ḡ itself, the
         update that the convergence proofs of Theorems 3 and 4 analyse.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the Gram path's two passes over the updates: the Gram matrix and the final
+        combination W @ D (:mod:`fairagg.kernels`). The coefficient-space work on the small
+        (m + w)² matrix runs in NumPy on every backend. ``method="vector"`` is the readable
+        specification and runs only on ``"numpy"``.
 
     Returns
     -------
     FedFVResult
     """
     check_choice(method, "method", FEDFV_METHODS)
+    _check_method_backend(method, backend)
     # The Gram path finds a non-finite entry in the Gram matrix's diagonal instead of a separate
     # pass over the (m, d) updates (that pass costs about a tenth of the step).
     D = as_float_array(deltas, "deltas", ndim=2, min_size=1, finite=method == "vector")
@@ -320,9 +330,11 @@ def fedfv_direction(
     D64 = D.astype(np.float64, copy=False)
     H = history.updates
     H64 = (H if used.size == H.shape[0] else H[used]).astype(np.float64, copy=False)
-    impl = _gram if method == "gram" else _vector
     with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below, naming the argument
-        out = impl(D64, H64, perm, kept, groups)
+        if method == "gram":
+            out = _gram(D64, H64, perm, kept, groups, backend)
+        else:
+            out = _vector(D64, H64, perm, kept, groups)
     if out is None:
         check_finite(D, "deltas")
         raise ValueError(
@@ -360,6 +372,15 @@ def fedfv_direction(
         counts[3],
         remaining,
     )
+
+
+def _check_method_backend(method: str, backend: str) -> None:
+    check_backend(backend)
+    if method == "vector" and backend != "numpy":
+        raise ValueError(
+            f"backend={backend!r} needs method='gram': the vector method is the readable "
+            "specification and runs only on backend='numpy'"
+        )
 
 
 def _conflict(dot: float, scale: float) -> bool:
@@ -427,15 +448,18 @@ def _vector(D, H, perm, kept, groups):
     return c, C, counts, g_bar, D.sum(axis=0) / m, norms, D @ g_bar
 
 
-def _gram(D, H, perm, kept, groups):
+def _gram(D, H, perm, kept, groups, backend):
     """Algs. 2-3 in coefficient space over G = U Uᵀ. Returns what :func:`_vector` does."""
     m, h = D.shape[0], H.shape[0]
-    G = np.empty((m + h, m + h))
-    G[:m, :m] = D @ D.T  # one GEMM (SYRK): the round's Gram matrix
-    if h:
-        G[m:, :m] = H @ D.T
-        G[:m, m:] = G[m:, :m].T
-        G[m:, m:] = H @ H.T
+    if backend == "cuda" and h:  # one kernel over U = [D; H] rather than three transfers
+        G = gram(np.concatenate([D, H]), backend)
+    else:
+        G = np.empty((m + h, m + h))
+        G[:m, :m] = gram(D, backend)  # one SYRK (or kernel): the round's Gram matrix
+        if h:
+            G[m:, :m] = H @ D.T
+            G[:m, m:] = G[m:, :m].T
+            G[m:, m:] = H @ H.T
     if not np.all(np.isfinite(np.diag(G))):
         return None  # a non-finite update, or one whose squared norm overflows
     norms = _norms(np.diag(G))
@@ -476,15 +500,15 @@ def _gram(D, H, perm, kept, groups):
     rows = np.zeros((2, m + h))
     rows[0] = c
     rows[1, :m] = 1.0 / m
-    V = _combine(rows, D, H)
+    V = _combine(rows, D, H, backend)
     return c, C, (found, projections, ext_found, ext_proj), V[0], V[1], norms, G[:m] @ c
 
 
-def _combine(W: np.ndarray, D: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """W @ [D; H] for a (2, m + h) W: one pass over the updates with a Numba kernel (BLAS reads
-    the right factor of a (2, m) × (m, d) product about half as fast as a plain stream)."""
+def _combine(W: np.ndarray, D: np.ndarray, H: np.ndarray, backend: str) -> np.ndarray:
+    """W @ [D; H] for a (2, m + h) W: one pass over the updates on ``"numba"`` and ``"cuda"``
+    (:func:`fairagg.kernels.two_combinations`), the matrix product on ``"numpy"``."""
     m = D.shape[0]
-    V = two_combinations(np.ascontiguousarray(W[:, :m]), np.ascontiguousarray(D))
+    V = two_combinations(W[:, :m], D, backend)
     if H.shape[0]:
         V += W[:, m:] @ H
     return V
@@ -519,6 +543,7 @@ def fedfv(
     seed: int = 0,
     method: str = "gram",
     rescale: bool = True,
+    backend: str = "numpy",
 ) -> Rule:
     """FedFV as a rule (Algs. 1-3; SPEC §7; see the module docstring).
 
@@ -540,6 +565,9 @@ def fedfv(
     rescale : bool
         Alg. 1's rescaling to the mean update's length (default); False steps by ḡ itself, the
         update analysed by Theorems 3 and 4.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the Gram path's passes over the updates (see :func:`fedfv_direction`);
+        ``"numba"`` is the fastest on a CPU.
 
     ``info``: ``"weights"`` a_k on the round's δ_k, ``"history_weights"`` and
     ``"history_clients"`` for the window's earlier updates (θ^{t+1} = θ^t − Σ a_k δ_k −
@@ -553,6 +581,7 @@ def fedfv(
     check_choice(order, "order", FEDFV_ORDERS)
     check_choice(variant, "variant", FEDFV_VARIANTS)
     check_choice(method, "method", FEDFV_METHODS)
+    _check_method_backend(method, backend)
     seed = check_int(seed, "seed", low=0)
     if not isinstance(rescale, (bool, np.bool_)):
         raise TypeError(f"rescale must be a bool; got {type(rescale).__name__}")
@@ -589,6 +618,7 @@ def fedfv(
             method=method,
             client_ids=ids,
             rescale=bool(rescale),
+            backend=backend,
         )
         check_finite(theta, "params")
         new = np.subtract(theta, res.direction, dtype=np.result_type(theta, reports.deltas))
@@ -609,4 +639,5 @@ def fedfv(
         return Aggregate(new, FedFVState(state.num_clients, t + 1, history), info)
 
     hyper = {"alpha": a, "tau": tau, "order": order, "variant": variant, "seed": seed}
-    return Rule("fedfv", init, step, {**hyper, "method": method, "rescale": bool(rescale)})
+    extra = {"method": method, "rescale": bool(rescale), "backend": backend}
+    return Rule("fedfv", init, step, {**hyper, **extra})

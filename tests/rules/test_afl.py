@@ -218,3 +218,8 @@ def test_lambda_lr_tiny_is_gradient_descent_on_the_mean_loss():
 def test_bad_input_raises_naming_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_an_overflowing_step_is_an_error_not_infinity():
+    with pytest.raises(ValueError, match="AFL step overflowed"):
+        afl_step(np.zeros(2), [[1e308, 0.0], [1e308, 0.0]], [1.0, 1.0], [0.5, 0.5], 10.0, 0.1)
