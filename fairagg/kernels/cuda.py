@@ -15,12 +15,17 @@ The kernels are written for the memory system of a GPU, not transliterated from 
   (W @ D for a (2, m) W, FedFV's ḡ and mean update: both sums kept in registers from one read).
 - ``row_sq_norms``: ‖δ_k‖² in float64. A 2-D grid, blocks along d × one row per grid row;
   each thread accumulates a grid-stride partial, a shared-memory tree reduces the block, and the
-  per-block partials (m × blocks) are summed on the host: deterministic (no atomics), one pass.
+  per-block partials (m × blocks) are summed on the device in a fixed order by one more small
+  kernel: deterministic (no atomics), one pass over the matrix, m numbers to the host.
 - ``gram``: G = D Dᵀ in float64. 16 × 16 output tiles, each step staging 16 rows × 64
   columns of both factors in shared memory (loaded along d, coalesced; padded against bank
   conflicts); only tiles on or above the diagonal are computed (G is symmetric), and the d axis
   is split over the third grid dimension so that small m still fills the device; the split
   partials are summed on the host.
+- ``weighted_sum_sq_norms``: q-FedAvg's fused reduction, Σ_k w_k δ_k and every ‖δ_k‖² from
+  one read of the matrix: each thread keeps 4 columns' sums in registers across all m rows and
+  stages its squares of 32 rows at a time in shared memory; the row partials are reduced on
+  the device as for ``row_sq_norms``.
 
 Inputs may be NumPy arrays or numba device arrays. Device inputs stay on the device: a caller
 that keeps its (m, d) updates there across a round pays no transfer, and results come back as
@@ -184,6 +189,30 @@ def _gram_kernel(D, chunk, partial):
         partial[bk, i, j] = acc
 
 
+@cuda.jit
+def _sum_rows_kernel(partial, out):
+    # One block per row: the row's per-block partials summed in a fixed order (a strided
+    # partial per thread, then the block tree), so that only m numbers leave the device.
+    buf = cuda.shared.array(TPB, float64)
+    tid = cuda.threadIdx.x
+    row = cuda.blockIdx.x
+    s = 0.0
+    for q in range(tid, partial.shape[1], cuda.blockDim.x):
+        s += partial[row, q]
+    _block_sum(buf, tid, s)
+    if tid == 0:
+        out[row] = buf[0]
+
+
+def _row_totals(partial) -> np.ndarray:
+    """Σ over axis 1 of a device (m, nb) float64 array, reduced on the device; a NumPy (m,)."""
+    m = partial.shape[0]
+    out = cuda.device_array(m, dtype=np.float64)
+    with _launch_context():
+        _sum_rows_kernel[m, TPB](partial, out)
+    return out.copy_to_host()
+
+
 @contextlib.contextmanager
 def _launch_context():
     """The simulator runs kernels on NumPy scalars, which warn on overflow and invalid
@@ -307,7 +336,7 @@ def row_sq_norms(deltas: Any) -> np.ndarray:
     partial = cuda.device_array((m, nb), dtype=np.float64)
     with _launch_context():
         _row_sq_norms_kernel[(nb, m), TPB](D, partial)
-    return partial.copy_to_host().sum(axis=1)
+    return _row_totals(partial)
 
 
 def gram(deltas: Any) -> np.ndarray:
@@ -340,5 +369,5 @@ def weighted_sum_sq_norms(weights: Any, deltas: Any) -> tuple[Any, np.ndarray]:
     partial = cuda.device_array((m, nb), dtype=np.float64)
     with _launch_context():
         _weighted_sum_sq_norms_kernel[nb, TPB](D, w, out, partial)
-    norms = partial.copy_to_host().sum(axis=1)
+    norms = _row_totals(partial)  # m numbers to the host, not m × d/(TPB·COLS)
     return (out if _is_device(deltas) else out.copy_to_host()), norms
