@@ -38,6 +38,33 @@ def _describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}" if scalar else f"{type(x).__name__}"
 
 
+def is_device_array(x: Any) -> bool:
+    """Whether ``x`` is a CUDA device array (numba's, or its simulator's stand-in): not an
+    ndarray, and copies itself to the host."""
+    return not isinstance(x, np.ndarray) and all(
+        hasattr(x, a) for a in ("copy_to_host", "shape", "dtype")
+    )
+
+
+def check_device_array(x: Any, name: str, *, ndim: int, min_size: int = 0) -> Any:
+    """Validate a CUDA device array's structure (float32/float64, ``ndim`` dimensions, at least
+    ``min_size`` entries along the first axis) without reading it: its finiteness is checked by
+    the kernels' witnesses on the results."""
+    dt = np.dtype(x.dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{name} must be a float32 or float64 device array; got dtype {dt}")
+    if len(x.shape) != ndim:
+        raise ValueError(f"{name} must be {ndim}-D; got shape {tuple(x.shape)}")
+    if x.shape[0] < min_size:
+        raise ValueError(f"{name} must have at least {min_size} rows; got shape {tuple(x.shape)}")
+    return x
+
+
+def to_host(x: Any) -> Any:
+    """A NumPy copy of a device array; anything else unchanged."""
+    return x.copy_to_host() if is_device_array(x) else x
+
+
 def check_finite(a: np.ndarray, name: str) -> np.ndarray:
     """Raise ``ValueError`` if ``a`` holds NaN or infinity; return ``a``."""
     if a.size and not np.isfinite(a).all():

@@ -24,7 +24,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_int_array, check_int, check_real
+from ._checks import (
+    as_float_array,
+    as_int_array,
+    check_device_array,
+    check_int,
+    check_real,
+    is_device_array,
+)
 
 __all__ = ["Aggregate", "EmptyState", "LocalSpec", "RoundReports", "Rule", "make_reports"]
 
@@ -190,13 +197,17 @@ def make_reports(
 
     Every array must have m entries along its first axis; ``deltas`` and ``gradients`` must be
     finite 2-D float arrays of the same shape (``deltas`` may be None when ``gradients`` is
-    given), ``num_samples`` positive integers, ``losses`` finite and ≥ 0, ``accuracies`` in
-    [0, 1], ``participations`` ≥ 1, ``lr`` > 0. Raises ``TypeError``/``ValueError`` naming the
-    argument.
+    given; it may also be a CUDA device array, kept on the device for a rule built with
+    ``backend="cuda"`` that takes one, see :func:`check_reports`), ``num_samples`` positive
+    integers, ``losses`` finite and ≥ 0, ``accuracies`` in [0, 1], ``participations`` ≥ 1,
+    ``lr`` > 0. Raises ``TypeError``/``ValueError`` naming the argument.
     """
     if deltas is None and gradients is None:
         raise ValueError("deltas may be None only when gradients are given")
-    D = None if deltas is None else as_float_array(deltas, "deltas", ndim=2, min_size=1)
+    if is_device_array(deltas):  # kept on the device; finiteness is checked by the rule's kernel
+        D = check_device_array(deltas, "deltas", ndim=2, min_size=1)
+    else:
+        D = None if deltas is None else as_float_array(deltas, "deltas", ndim=2, min_size=1)
     G = None
     if gradients is not None:
         G = as_float_array(
@@ -244,7 +255,9 @@ def make_reports(
     )
 
 
-def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ()) -> RoundReports:
+def check_reports(
+    reports: Any, params: Any, needs: tuple[str, ...] = (), *, device: bool = False
+) -> RoundReports:
     """Cheap structural check of ``reports`` against ``params`` at a rule's boundary.
 
     Verifies the type, that the client matrix is (m, d) with d = len(params) (``gradients`` for a
@@ -252,6 +265,9 @@ def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ())
     per-client array has m entries, and that the fields in ``needs`` (e.g. ``("losses",)``) are
     present. Finiteness of the matrix is checked by the rules on their O(d) output (a NaN or
     infinity in it always reaches it), so that validation never costs a second pass over (m, d).
+
+    ``device``: whether the rule takes ``deltas`` as a CUDA device array (the weighted-average
+    rules on ``backend="cuda"``); otherwise a device array is a ``TypeError`` that says so.
     """
     if not isinstance(reports, RoundReports):
         raise TypeError(
@@ -264,7 +280,13 @@ def check_reports(reports: Any, params: np.ndarray, needs: tuple[str, ...] = ())
         raise ValueError(
             "this rule needs reports.gradients (g_k = ∇F_k(θ^t) per client); it is None"
         )
-    if not isinstance(D, np.ndarray) or D.ndim != 2 or D.dtype.kind != "f":
+    if is_device_array(D):
+        if not device or key != "deltas":
+            raise TypeError(
+                f"reports.{key} is a CUDA device array; this rule takes NumPy arrays (the "
+                "weighted-average rules built with backend='cuda' keep device updates there)"
+            )
+    elif not isinstance(D, np.ndarray) or D.ndim != 2 or D.dtype.kind != "f":
         raise TypeError(f"reports.{key} must be a 2-D float32/float64 array of shape (m, d)")
     m = D.shape[0]
     if m == 0:

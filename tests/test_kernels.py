@@ -252,3 +252,95 @@ def test_fedfv_with_a_window_agrees_across_backends(backend):
     if backend != "numpy":
         with pytest.raises(ValueError, match="method='gram'"):
             fedfv(method="vector", backend=backend)
+
+
+# The rules whose step is a weighted average of the round's updates: on backend="cuda" they take
+# θ and the updates as device arrays and keep the round there.
+DEVICE_RULES = (
+    "fedavg",
+    "fairavg",
+    "term",
+    "propfair",
+    "fedmgda",
+    "qffl-eg",
+    "term-eg",
+    "propfair-eg",
+    "aaggff-s",
+    "aaggff-d",
+)
+
+
+def _round(rng, m, d, K):
+    return dict(
+        deltas=rng.standard_normal((m, d)),
+        num_samples=rng.integers(1, 50, m),
+        losses=rng.uniform(0.1, 2.0, m),
+        client_ids=np.arange(m),
+        num_clients=K,
+    )
+
+
+@pytest.mark.parametrize("name", DEVICE_RULES)
+def test_weighted_average_rules_keep_a_round_on_the_device(name):
+    """θ and the updates passed as device arrays stay there: the new θ is a device array, equal
+    to the reference's over two rounds (the second starts from the first's device result)."""
+    from numba import cuda
+
+    from fairagg import RULES, make_rule
+
+    rng = np.random.default_rng(3)
+    m, d = 4, 120
+    K = m if RULES[name].full_participation else m + 2
+    theta = rng.standard_normal(d)
+    rounds = [_round(rng, m, d, K) for _ in range(2)]
+    ref = make_rule(name, backend="numpy")
+    state, params = ref.init(theta, K), theta
+    for r in rounds:
+        agg = ref.step(params, make_reports(**r), state)
+        params, state = agg.params, agg.state
+    rule = make_rule(name, backend="cuda")
+    state, d_params = rule.init(theta, K), cuda.to_device(theta)
+    for r in rounds:
+        reports = make_reports(**{**r, "deltas": cuda.to_device(r["deltas"])})
+        assert not isinstance(reports.deltas, np.ndarray)  # not copied by make_reports
+        agg = rule.step(d_params, reports, state)
+        d_params, state = agg.params, agg.state
+        assert not isinstance(d_params, np.ndarray)
+    assert_close(d_params.copy_to_host(), params, scale=m * d)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedmgda"])
+def test_a_non_finite_device_update_is_a_clear_error(name):
+    from numba import cuda
+
+    from fairagg import make_rule
+
+    rng = np.random.default_rng(4)
+    r = _round(rng, 3, 50, 3)
+    r["deltas"][1, 17] = np.nan
+    rule = make_rule(name, backend="cuda")
+    reports = make_reports(**{**r, "deltas": cuda.to_device(r["deltas"])})
+    with pytest.raises(ValueError, match="deltas must be finite"):
+        rule.step(cuda.to_device(np.zeros(50)), reports, rule.init(np.zeros(50), 3))
+
+
+def test_device_arrays_need_the_cuda_backend_and_a_rule_that_takes_them():
+    from numba import cuda
+
+    from fairagg import make_rule
+
+    rng = np.random.default_rng(5)
+    r = _round(rng, 3, 40, 3)
+    reports = make_reports(**{**r, "deltas": cuda.to_device(r["deltas"])})
+    theta = np.zeros(40)
+    rule = make_rule("fedavg", backend="numba")
+    with pytest.raises(TypeError, match="need backend='cuda'"):
+        rule.step(cuda.to_device(theta), reports, rule.init(theta, 3))
+    with pytest.raises(TypeError, match="need backend='cuda'"):
+        apply_weighted_update(theta, reports.deltas, np.full(3, 1 / 3), backend="numpy")
+    for name in ("qfedavg", "fedfv", "fedfa"):  # host rules say so, even on backend="cuda"
+        rule = make_rule(name, backend="cuda")
+        with pytest.raises(TypeError, match="takes NumPy arrays"):
+            rule.step(theta, reports, rule.init(theta, 3))
+    with pytest.raises(TypeError, match="deltas must be a float32 or float64 device array"):
+        make_reports(cuda.to_device(np.zeros((2, 3), dtype=np.int64)), [1, 1])

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice, check_real
+from .._checks import check_choice, check_real
 from ..kernels import check_backend
 from ..online import (
     RESPONSE_CDFS,
@@ -41,7 +41,7 @@ from ..online import (
 )
 from ..simplex import QPFactor, log_normalize
 from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
-from .fedavg import apply_weighted_update
+from .fedavg import apply_weighted_update, as_params
 
 __all__ = ["AAgFFDState", "AAgFFSState", "aaggff_d", "aaggff_s", "client_indices"]
 
@@ -127,8 +127,8 @@ def aaggff_s(
         return AAgFFSState(np.full(K, 1.0 / K), quadratic_ftrl_init(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFSState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=("losses",))
+        theta = as_params(params, backend)
+        check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         K = state.p.size
         ids = client_indices(reports, K)
         if ids.size != K:
@@ -213,8 +213,8 @@ def aaggff_d(
         return AAgFFDState(np.zeros(K), 0, np.zeros(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFDState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=("losses",))
+        theta = as_params(params, backend)
+        check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         K = state.grad_sum.size
         ids = client_indices(reports, K)
         m = ids.size

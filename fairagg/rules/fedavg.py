@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_finite, check_int
+from .._checks import (
+    as_float_array,
+    as_int_array,
+    check_device_array,
+    check_finite,
+    check_int,
+    is_device_array,
+    to_host,
+)
 from ..kernels import check_backend, weighted_update
 from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
 
@@ -70,24 +78,50 @@ def apply_weighted_update(
     weights : ndarray, shape (m,)
         Finite weights (not required to sum to 1: callers such as q-FedAvg pass their own).
     backend : {"numpy", "numba", "cuda"}
-        ``"numpy"`` is the reference; ``"numba"`` makes one parallel pass over ``deltas``.
+        ``"numpy"`` is the reference; ``"numba"`` makes one parallel pass over ``deltas``;
+        ``"cuda"`` also takes ``params`` and ``deltas`` as CUDA device arrays, and returns a
+        device array when ``params`` is one (nothing of size d or m·d leaves the device).
 
     Returns
     -------
     ndarray, shape (d,)
         A new array in the promoted dtype of ``params`` and ``deltas``.
     """
-    theta = as_float_array(params, "params", ndim=1, finite=False)
-    D = as_float_array(deltas, "deltas", shape=(None, theta.shape[0]), min_size=1, finite=False)
+    theta = as_params(params, backend)
+    if is_device_array(deltas):
+        _device_backend(backend)
+        D = check_device_array(deltas, "deltas", ndim=2, min_size=1)
+        if D.shape[1] != theta.shape[0]:
+            raise ValueError(f"deltas must have shape (m, {theta.shape[0]}); got {D.shape}")
+    else:
+        D = as_float_array(deltas, "deltas", shape=(None, theta.shape[0]), min_size=1, finite=False)
     w = as_float_array(weights, "weights", shape=(D.shape[0],), dtype=np.float64, allow_int=True)
     with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below, with the argument's name
         out, maybe_finite = weighted_update(theta, D, w, backend)
-    if not maybe_finite and not np.all(np.isfinite(out)):
+    if not maybe_finite and not np.all(np.isfinite(to_host(out))):
         # Locate the culprit only on failure: checking (m, d) up front would double the cost.
-        check_finite(theta, "params")
-        check_finite(D, "deltas")
+        check_finite(to_host(theta), "params")
+        check_finite(to_host(D), "deltas")
         raise ValueError("the weighted update overflowed: weights or deltas are too large")
     return out
+
+
+def _device_backend(backend: str) -> None:
+    if backend != "cuda":
+        raise TypeError(
+            f"CUDA device arrays need backend='cuda'; got backend={backend!r} (copy them to the "
+            "host with .copy_to_host() for the CPU backends)"
+        )
+
+
+def as_params(params: Any, backend: str) -> Any:
+    """θ^t as a rule's step takes it: a float NumPy vector (not checked for finiteness: the
+    update's witness catches a NaN), or on ``backend="cuda"`` a 1-D float CUDA device array,
+    kept there."""
+    if is_device_array(params):
+        _device_backend(backend)
+        return check_device_array(params, "params", ndim=1)
+    return as_float_array(params, "params", ndim=1, finite=False)
 
 
 def stateless_rule(
@@ -102,7 +136,9 @@ def stateless_rule(
     """A stateless rule θ^{t+1} = θ^t − Σ_k a_k δ_k with a_k = ``weights_of(reports)``.
 
     Shared by every rule whose step is a weighted average of the round's updates (FedAvg, FairAvg,
-    the EG views of :mod:`fairagg.rules.oco`, PropFair, FedMGDA+); ``needs`` names the report
+    the EG views of :mod:`fairagg.rules.oco`, PropFair, FedMGDA+). On ``backend="cuda"``,
+    ``params`` and ``reports.deltas`` may be CUDA device arrays: the new θ is then one, and the
+    round never moves the updates off the device. ``needs`` names the report
     fields it reads and ``info["weights"]`` holds a_k. ``weights_of`` may also return
     ``(a, extra)`` with a dict of further diagnostics for ``info``; ``local`` is what the clients
     compute (:class:`~fairagg.types.LocalSpec`; local training when None).
@@ -114,8 +150,8 @@ def stateless_rule(
         return EmptyState()
 
     def step(params: np.ndarray, reports: RoundReports, state: EmptyState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=needs)
+        theta = as_params(params, backend)
+        check_reports(reports, theta, needs=needs, device=backend == "cuda")
         out = weights_of(reports)
         a, extra = out if isinstance(out, tuple) else (out, {})
         new = apply_weighted_update(theta, reports.deltas, a, backend=backend)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_real
+from .._checks import as_float_array, check_device_array, check_real, is_device_array
 from ..kernels import check_backend
 from ..kernels import gram as kernel_gram
 from ..simplex import min_norm_weights
@@ -57,7 +57,8 @@ def fedmgda_weights(
     Parameters
     ----------
     deltas : array_like, shape (m, d)
-        δ_k, finite.
+        δ_k, finite; on ``backend="cuda"`` also a CUDA device array (only the m × m Gram
+        matrix then leaves the device).
     num_samples : array_like of int, shape (m,)
         n_k ≥ 1, giving λ0 = n/Σn.
     epsilon : float
@@ -67,7 +68,15 @@ def fedmgda_weights(
     backend : {"numpy", "numba", "cuda"}
         Backend of the Gram matrix (:func:`fairagg.kernels.gram`).
     """
-    D = as_float_array(deltas, "deltas", ndim=2, min_size=1)
+    on_device = is_device_array(deltas)
+    if on_device:  # only the (m, m) Gram matrix leaves the device
+        if backend != "cuda":
+            raise TypeError(
+                f"deltas is a CUDA device array: it needs backend='cuda'; got {backend!r}"
+            )
+        D = check_device_array(deltas, "deltas", ndim=2, min_size=1)
+    else:
+        D = as_float_array(deltas, "deltas", ndim=2, min_size=1)
     lam0 = fedavg_weights(num_samples)
     m = D.shape[0]
     if lam0.size != m:
@@ -76,6 +85,11 @@ def fedmgda_weights(
     eta = check_real(server_lr, "server_lr", low=0.0)
     check_backend(backend)
     gram = kernel_gram(D, backend)  # one GEMM; ⟨ĝ_i, ĝ_j⟩ = G_ij / (‖δ_i‖ ‖δ_j‖)
+    if on_device and not np.all(np.isfinite(np.diag(gram))):  # a NaN or inf reaches ‖δ_k‖²
+        raise ValueError(
+            "deltas must be finite, with squared norms that fit in float64 (a NaN or infinity "
+            "reached the Gram matrix's diagonal)"
+        )
     norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
     inv = np.divide(1.0, norms, out=np.zeros(m), where=norms > 0)
     G = gram * inv[:, None] * inv[None, :]

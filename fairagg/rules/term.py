@@ -29,7 +29,7 @@ import numpy as np
 from .._checks import as_float_array, check_choice, check_real
 from ..kernels import check_backend
 from ..types import Aggregate, RoundReports, Rule, check_reports
-from .fedavg import apply_weighted_update, fairavg_weights, fedavg_weights
+from .fedavg import apply_weighted_update, as_params, fairavg_weights, fedavg_weights
 
 __all__ = ["TERMState", "term", "term_official_weights", "term_weights"]
 
@@ -124,8 +124,8 @@ def term(
         return TERMState(0.0)
 
     def step(params: np.ndarray, reports: RoundReports, state: TERMState) -> Aggregate:
-        theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_reports(reports, theta, needs=("losses",))
+        theta = as_params(params, backend)
+        check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         info: dict[str, Any] = {}
         if variant == "official":
             w, S = term_official_weights(reports.losses, t, state.normaliser)
