@@ -80,9 +80,9 @@ def weighted_sum(weights: np.ndarray, deltas: np.ndarray, backend: str = "numpy"
     if backend == "cuda":
         return _cuda().weighted_sum(weights, deltas)
     if backend == "numba":
-        zero = np.zeros(deltas.shape[1], deltas.dtype)
-        out, _ = weighted_update(zero, deltas, -np.asarray(weights), backend)
-        return out
+        from . import cpu
+
+        return cpu.weighted_sum(np.asarray(weights), np.ascontiguousarray(deltas))
     return weights.astype(deltas.dtype, copy=False) @ deltas
 
 

@@ -12,16 +12,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["row_sq_norms", "two_combinations", "weighted_sum_sq_norms", "weighted_update"]
+__all__ = [
+    "row_sq_norms",
+    "two_combinations",
+    "weighted_sum",
+    "weighted_sum_sq_norms",
+    "weighted_update",
+]
 
 _BLOCK = 4096  # columns per task: 32 KiB of float64 output, resident in L1/L2 across the m rows
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _weighted_update(theta, deltas, w, out, partial):
+def _weighted_update(theta, deltas, w, out, partial, has_theta):
     # Rows are taken as 1-D slices so that LLVM sees unit-stride loops and vectorises them. The
     # flags allow reassociation and FMA only: NaN and infinity keep their meaning, which the
-    # finiteness witness in ``partial`` relies on.
+    # finiteness witness in ``partial`` relies on. ``has_theta`` False starts from 0 instead of
+    # θ (``theta`` is then not read): the weighted sum, called with −w.
     m, d = deltas.shape
     nblk = (d + _BLOCK - 1) // _BLOCK
     for b in prange(nblk):
@@ -29,7 +36,10 @@ def _weighted_update(theta, deltas, w, out, partial):
         hi = min(lo + _BLOCK, d)
         n = hi - lo
         o = out[lo:hi]
-        t = theta[lo:hi]
+        if has_theta:
+            t = theta[lo:hi]
+        else:
+            t = o  # not read: the first group below writes o without reading it
         k = 0
         while k + 4 <= m:
             w0, w1, w2, w3 = w[k], w[k + 1], w[k + 2], w[k + 3]
@@ -39,16 +49,19 @@ def _weighted_update(theta, deltas, w, out, partial):
                 deltas[k + 2, lo:hi],
                 deltas[k + 3, lo:hi],
             )
-            if k == 0:  # the first group also copies θ: one pass fewer over the block
+            if k == 0 and has_theta:  # the first group also copies θ: one pass fewer
                 for j in range(n):
                     o[j] = t[j] - (w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j])
+            elif k == 0:
+                for j in range(n):
+                    o[j] = -(w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j])
             else:
                 for j in range(n):
                     o[j] -= w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j]
             k += 4
         if k == 0:
             for j in range(n):
-                o[j] = t[j]
+                o[j] = t[j] if has_theta else 0.0
         if k + 2 <= m:
             w0, w1 = w[k], w[k + 1]
             r0, r1 = deltas[k, lo:hi], deltas[k + 1, lo:hi]
@@ -77,8 +90,18 @@ def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) 
     out = np.empty_like(theta)
     nblk = (theta.size + _BLOCK - 1) // _BLOCK
     partial = np.empty(nblk, dtype=np.float64)
-    _weighted_update(theta, deltas, weights.astype(deltas.dtype), out, partial)
+    _weighted_update(theta, deltas, weights.astype(deltas.dtype), out, partial, True)
     return out, bool(np.isfinite(partial.sum()))
+
+
+def weighted_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+    """``Σ_k weights_k δ_k`` for a C-contiguous (m, d) ``deltas``, in its dtype: the pass of
+    :func:`weighted_update` started from 0 (no d-vector of zeros to allocate and read)."""
+    d = deltas.shape[1]
+    out = np.empty(d, dtype=deltas.dtype)
+    partial = np.empty((d + _BLOCK - 1) // _BLOCK, dtype=np.float64)
+    _weighted_update(out, deltas, -weights.astype(deltas.dtype), out, partial, False)
+    return out
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
