@@ -82,7 +82,8 @@ def test_one_row_per_size_and_backend_with_cuda_simulated(tiny_run):
             assert r["bw_probe"].startswith("read")
             assert r["compute_probe"] == "CPU DGEMM n=2000"
     numba_rows = [r for r in rows if r["backend"] == "numba"]
-    assert all("same code" in r["note"] for r in numba_rows)
+    # Tiny m: numba's own Gram kernel, timed on its own.
+    assert all("register-tiled" in r["note"] for r in numba_rows)
 
 
 def test_measurements_are_positive_finite_and_consistent(tiny_run):
@@ -108,10 +109,6 @@ def test_measurements_are_positive_finite_and_consistent(tiny_run):
         assert r["bound"] in ("flops", "bytes")
         for key in ("ws_rounds", "ws_block", "ws_inner", "gram_rounds", "gram_block"):
             assert int(r[key]) >= 1, key
-    # numba's Gram matrix is NumPy's BLAS call, timed once for both rows.
-    by = {(r["m"], r["d"], r["backend"]): r for r in rows}
-    for m, d in SIZES:
-        assert by[(str(m), str(d), "numba")]["gram_s"] == by[(str(m), str(d), "numpy")]["gram_s"]
 
 
 def test_results_agree_with_numpy(tiny_run):

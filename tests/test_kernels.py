@@ -344,3 +344,40 @@ def test_device_arrays_need_the_cuda_backend_and_a_rule_that_takes_them():
             rule.step(theta, reports, rule.init(theta, 3))
     with pytest.raises(TypeError, match="deltas must be a float32 or float64 device array"):
         make_reports(cuda.to_device(np.zeros((2, 3), dtype=np.int64)), [1, 1])
+
+
+@pytest.mark.parametrize("shape", [(6, 2048 * 33 + 1), (5, 2048 * 64), (130, 300), (49, 999)])
+def test_numba_gram_over_many_column_chunks_and_past_its_row_limit(shape):
+    """The Numba Gram kernel sums more column blocks than its fixed 32 chunks (each chunk then
+    adds several blocks), and above its row limit ``gram`` hands over to BLAS: both equal the
+    float64 product."""
+    from fairagg.kernels import cpu
+
+    rng = np.random.default_rng(shape[0])
+    D = rng.standard_normal(shape)
+    m, d = shape
+    G = gram(D, "numba")
+    assert np.array_equal(G, G.T)
+    assert np.all(np.abs(G - D @ D.T) <= 1e-13 * d * np.sqrt(np.outer(np.diag(G), np.diag(G))))
+    assert cpu.use_gram_kernel(48) and not cpu.use_gram_kernel(129)
+
+
+@pytest.mark.parametrize("shape", [(512, 1), (513, 7), (1000, 300), (515, 32768), (512, 32769)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numba_sums_of_many_short_rows(shape, dtype):
+    """Many rows of short updates are summed by row chunks on the Numba backend (m ≥ 512,
+    d ≤ 32768; d = 32769 is back on column blocks): the same sums, in the input dtype, with the
+    finiteness witness."""
+    rng = np.random.default_rng(shape[0] + shape[1])
+    m, d = shape
+    D = rng.standard_normal(shape).astype(dtype)
+    theta = rng.standard_normal(d).astype(dtype)
+    w = rng.random(m)
+    ref = w @ D.astype(np.float64)
+    out, ok = weighted_update(theta, D, w, "numba")
+    total = weighted_sum(w, D, "numba")
+    assert ok and out.dtype == dtype and total.dtype == dtype
+    assert_close(out, theta.astype(np.float64) - ref, dtype=dtype, scale=m)
+    assert_close(total, ref, dtype=dtype, scale=m)
+    D[m // 2, d // 2] = np.nan
+    assert not weighted_update(theta, D, w, "numba")[1]

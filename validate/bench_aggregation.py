@@ -28,8 +28,9 @@ On ``"cuda"`` D and the result stay on the device (D copied there before timing,
 followed by ``cuda.synchronize()``); w is passed as a NumPy array (``weighted_sum`` negates it on
 the host and copies the m entries to the device on every call, a cost of the API, so counted).
 numba's low-occupancy warnings for the small launches are silenced: the ratios show it. The
-numba backend's Gram matrix is the same BLAS call as NumPy's: it is timed once and reported in
-both rows (note column).
+numba backend's Gram matrix is its own register-tiled kernel for small m
+(``kernels.cpu.use_gram_kernel``) and otherwise the same BLAS call as NumPy's, then timed once
+and reported in both rows (note column).
 
 Timing: each callable is warmed up, then one timed call runs its kernel enough times in a row to
 last about 50 ms (1 at the large sizes); each of ``--repeats`` rounds makes 3 timed calls of each
@@ -94,6 +95,7 @@ from _bench import median_time, read_probe, threads  # noqa: E402
 from _output import CsvAppender, log  # noqa: E402
 
 from fairagg.kernels import available_backends, gram, weighted_sum  # noqa: E402
+from fairagg.kernels.cpu import use_gram_kernel  # noqa: E402
 
 NAME = "bench_aggregation"
 #: Default sizes (m, d), smallest traffic first.
@@ -448,6 +450,9 @@ def cpu_rows(
 
     A, B = gemm_ab
     gfns: dict[str, Callable[[], Any]] = {"gemm": lambda: A @ B, "gram": lambda: gram(D, "numpy")}
+    own_gram = "numba" in cpu_backends and use_gram_kernel(m)  # else numba calls BLAS too
+    if own_gram:
+        gfns["gram_numba"] = lambda: gram(D, "numba")
     if cuda_real:
         gfns["fma"] = cuda_real["fma"]
         gfns["gram_cuda"] = cuda_real["gram"]
@@ -459,14 +464,19 @@ def cpu_rows(
     gemm_rate = gemm_flops() / tg.seconds["gemm"]
     rows = []
     for b in cpu_backends:
+        key = "gram_numba" if b == "numba" and own_gram else "gram"
         row = make_row(m, d, b, False, "read (Numba sum of D)", read_bw)
         row.update(ws_fields(m, d, tw, f"ws_{b}", read_bw))
-        row.update(gram_fields(m, d, tg, "gram", f"CPU DGEMM n={GEMM_N}", gemm_rate, read_bw))
-        row.update(errors(z, tw.wrapped[f"ws_{b}"].last, ref["gram"], ref))
+        row.update(gram_fields(m, d, tg, key, f"CPU DGEMM n={GEMM_N}", gemm_rate, read_bw))
+        row.update(errors(z, tw.wrapped[f"ws_{b}"].last, tg.wrapped[key].last, ref))
         if b == "numpy":
             row["note"] = "reference: errors 0 by definition"
         elif b == "numba":
-            row["note"] = "Gram: NumPy's BLAS call (same code), NumPy's timing"
+            row["note"] = (
+                "Gram: Numba register-tiled kernel"
+                if own_gram
+                else "Gram: NumPy's BLAS call (same code), NumPy's timing"
+            )
         rows.append(row)
     if cuda_real:
         copy_bw = cuda_real["copy_bytes"] / tw.seconds["copy"]
