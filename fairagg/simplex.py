@@ -595,9 +595,12 @@ def _active_set(  # pragma: no cover - compiled
                 tabu[block] = True  # freed on a round-off-sized multiplier: keep it held
             last_freed = -1
             continue
+        moved = False
         for a in range(nf):
+            moved = moved or sol[a] != x[free[a]]
             x[free[a]] = sol[a]
-        tabu[:] = False
+        if moved:  # progress: a coordinate held back as dependent may help again
+            tabu[:] = False
         # x minimises over the current face: check the signs of the working set's multipliers
         worst = tol
         enter = -1

@@ -1340,3 +1340,37 @@ def test_integer_arrays_are_accepted_where_allowed():
     assert_close(kl_step(np.array([1, 0]), np.array([3, 4]), 1.0), [1.0, 0.0])
     assert_close(project_simplex([1, 2]), [0.0, 1.0])
     assert_close(min_norm_point([[2, 0], [0, 1]]).point, [0.4, 0.8])
+
+
+def test_min_norm_weights_does_not_cycle_on_dependent_zero_vectors():
+    """Two zero vectors, a nearly antiparallel pair coupled by 1e-13 and a third vector (found by
+    hypothesis through FedMGDA+): a zero vector freed on a round-off-sized multiplier makes the
+    free-set system singular and is held back; it must stay held until the iterate moves, not
+    re-enter at once (which cycled until max_iter)."""
+    V = np.array([[0, -1, 1e-13, 0], [0, 0, 0, 0], [0, 0, -1, 0], [0, 0, 0, 0], [0, 1, 0, 0.0]])
+    V[0] /= np.linalg.norm(V[0])
+    res = min_norm_weights(V @ V.T, lower=0.15, upper=0.25)
+    x = res.x
+    assert np.all(x >= 0.15 - 1e-15) and np.all(x <= 0.25 + 1e-15) and abs(x.sum() - 1) < 1e-14
+    # The minimum: λ_2 at its lower bound, λ_0 = λ_4 (their vectors cancel); value 0.15².
+    assert abs(float(x @ V @ V.T @ x) - 0.0225) < 1e-12
+    assert abs(x[0] - x[4]) < 1e-9 and x[2] == 0.15
+
+
+def test_min_norm_weights_terminates_on_many_degenerate_gram_matrices():
+    """3000 seeded box-simplex problems over unit vectors built from {0, ±1, ±1e-13, 0.5}
+    entries (zero, repeated, antiparallel and nearly dependent vectors; before the fix above,
+    about 2 % of such problems cycled until max_iter): every one terminates, feasible, with a
+    round-off-sized KKT residual."""
+    rng = np.random.default_rng(2026)
+    for _ in range(3000):
+        m, d = int(rng.integers(2, 9)), int(rng.integers(1, 5))
+        V = rng.choice([-1.0, 0.0, 1.0, 1e-13, -1e-13, 0.5], size=(m, d))
+        n = np.linalg.norm(V, axis=1)
+        V = np.divide(V, n[:, None], out=np.zeros_like(V), where=n[:, None] > 0)
+        lam0 = rng.dirichlet(np.ones(m))
+        eps = rng.choice([0.0, 0.05, 0.2, 1.0])
+        lo, hi = np.maximum(0, lam0 - eps), np.minimum(1, lam0 + eps)
+        res = min_norm_weights(V @ V.T, lower=lo, upper=hi)
+        assert np.all(res.x >= lo - 1e-12) and np.all(res.x <= hi + 1e-12)
+        assert abs(res.x.sum() - 1.0) < 1e-12 and res.kkt_residual < 1e-10
