@@ -202,6 +202,25 @@ def _build_parser() -> _Parser:
     _add_experiment_args(cmp_)
 
     sub.add_parser("rules", help="list the registered rules with their paper references")
+
+    vec = sub.add_parser(
+        "vectors",
+        help="write golden vectors of every rule and formula (or --check a folder of them)",
+    )
+    vec.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/vectors"),
+        help="output folder (default: runs/vectors)",
+    )
+    vec.add_argument(
+        "--seed", type=int, default=None, help="seed of the inputs (default: the library's)"
+    )
+    vec.add_argument(
+        "--check",
+        action="store_true",
+        help="instead of writing, recompute every case under --out and report differences",
+    )
     return parser
 
 
@@ -490,11 +509,37 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_vectors(args: argparse.Namespace) -> int:
+    from . import vectors
+
+    if args.check:
+        if not (args.out / "index.json").is_file():
+            raise ValueError(f"--out {args.out} holds no golden vectors (no index.json)")
+        fails = vectors.check_vectors(args.out)
+        for line in fails:
+            print(line)
+        n = len(json.loads((args.out / "index.json").read_text())["cases"])
+        bad = {line.split(":")[0].split(" round ")[0] for line in fails}
+        print(f"{n - len(bad)} of {n} cases agree with this fairagg")
+        return 1 if fails else 0
+    seed = vectors.DEFAULT_SEED if args.seed is None else args.seed
+    if seed < 0:
+        raise ValueError(f"--seed must be >= 0; got {seed}")
+    paths = vectors.write_vectors(args.out, seed)
+    print(f"wrote {len(paths)} cases to {args.out} (index.json, schema.json)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fairagg`` console script; returns the exit status."""
     parser = _build_parser()
     args = parser.parse_args(argv)
-    command = {"run": _cmd_run, "compare": _cmd_compare, "rules": _cmd_rules}[args.command]
+    command = {
+        "run": _cmd_run,
+        "compare": _cmd_compare,
+        "rules": _cmd_rules,
+        "vectors": _cmd_vectors,
+    }[args.command]
     try:
         return command(args)
     except (ValueError, ImportError) as exc:

@@ -1,0 +1,168 @@
+"""Golden vectors (``fairagg vectors``): the stored set equals what fairagg computes today, it
+regenerates bit for bit from its seed, covers every rule and formula, and its check catches a
+changed expectation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fairagg import RULES
+from fairagg.cli import main
+from fairagg.vectors import (
+    FORMULAS,
+    INLINE_MAX,
+    SCHEMA,
+    _encode,
+    check_vectors,
+    load_case,
+    write_vectors,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+COMMON_RULE_CASES = {"small", "medium", "ties", "zero_updates", "single_client", "extreme_losses"}
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vectors")
+    write_vectors(out)
+    return out
+
+
+def _index(root: Path) -> list[dict]:
+    return json.loads((root / "index.json").read_text())["cases"]
+
+
+def test_stored_vectors_equal_what_fairagg_computes_today():
+    """Regenerate the stored set with ``fairagg vectors --out tests/golden`` after a deliberate
+    change of a formula (and say why in the commit)."""
+    assert check_vectors(GOLDEN) == []
+
+
+def test_vectors_regenerate_bit_for_bit_from_the_seed(fresh):
+    stored = sorted(p.relative_to(GOLDEN) for p in GOLDEN.rglob("*") if p.is_file())
+    again = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+    assert stored == again  # no stale, no missing case
+    for rel in stored:
+        if rel.suffix == ".npy" and ".inputs." in rel.name:
+            assert (GOLDEN / rel).read_bytes() == (fresh / rel).read_bytes(), rel
+        if rel.suffix == ".json" and rel.name not in ("index.json", "schema.json"):
+            a, b = json.loads((GOLDEN / rel).read_text()), json.loads((fresh / rel).read_text())
+            for key in ("inputs", "params", "description", "formula", "seed", "args"):
+                assert a.get(key) == b.get(key), (rel, key)
+            assert a["tolerance"].keys() == b["tolerance"].keys()
+
+
+def test_every_rule_and_formula_has_its_cases():
+    index = _index(GOLDEN)
+    by_name: dict[tuple[str, str], set[str]] = {}
+    for c in index:
+        by_name.setdefault((c["kind"], c["name"]), set()).add(c["case"])
+    assert {n for k, n in by_name if k == "rule"} == set(RULES)
+    assert {n for k, n in by_name if k == "formula"} == set(FORMULAS)
+    for name in RULES:
+        assert COMMON_RULE_CASES <= by_name[("rule", name)], name
+    for name in FORMULAS:
+        assert len(by_name[("formula", name)]) >= 2, name
+    # Errors are expected results only where the library documents them (PropFair's M).
+    errors = {(c["name"], c["case"]) for c in index if c["error"]}
+    assert errors == {("propfair", "extreme_losses"), ("propfair-eg", "extreme_losses")}
+
+
+def test_case_files_follow_the_schema():
+    required = set(SCHEMA["required"])
+    for entry in _index(GOLDEN):
+        body = json.loads((GOLDEN / entry["file"]).read_text())
+        assert required <= body.keys(), entry["file"]
+        assert body["kind"] == entry["kind"] and body["name"] == entry["name"]
+        if body["kind"] == "formula":
+            assert body["args"] == list(FORMULAS[body["name"]].args)
+        expected = body["expected"]
+        if "error" in expected:
+            assert expected["error"]["type"] in ("ValueError", "TypeError")
+            continue
+        outputs = expected["rounds"][0].keys() if "rounds" in expected else expected.keys()
+        assert set(outputs) == set(body["tolerance"]), entry["file"]
+        for tol in body["tolerance"].values():
+            assert tol.get("exact") is True or (tol["rtol"] > 0 and tol["atol"] > 0)
+
+
+def test_arrays_round_trip_through_json_and_npy():
+    case = load_case(GOLDEN / "rules" / "qfedavg" / "medium.json")
+    D = case["inputs"]["rounds"][0]["deltas"]
+    assert isinstance(D, np.ndarray) and D.dtype == np.float64 and D.size > INLINE_MAX
+    files: dict[str, np.ndarray] = {}
+    again = _encode(case["inputs"], files, "medium", "inputs")
+    body = json.loads((GOLDEN / "rules" / "qfedavg" / "medium.json").read_text())
+    assert again == body["inputs"]
+    for name, arr in files.items():
+        assert np.array_equal(np.load(GOLDEN / "rules" / "qfedavg" / name), arr)
+
+
+def _perturb_json(path: Path, mutate) -> None:
+    body = json.loads(path.read_text())
+    mutate(body)
+    path.write_text(json.dumps(body))
+
+
+def test_check_catches_changed_expectations(tmp_path):
+    """The check can fail: a 1e-9 relative change of one stored output, a changed array in a
+    ``.npy`` file, an expected error that no longer happens, and an error that now happens."""
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN, root)
+
+    def nudge(body):
+        body["expected"]["rounds"][1]["params"]["data"][2] *= 1 + 1e-9
+
+    _perturb_json(root / "rules" / "fedavg" / "small.json", nudge)
+    big = root / "formulas" / "fedfv_direction" / "medium.expected.coefficients.npy"
+    arr = np.load(big)
+    arr[5, 3] += 1e-6
+    np.save(big, arr)
+
+    def no_error(body):
+        body["expected"] = {"out": {"dtype": "float64", "shape": [1], "data": [0.0]}}
+        body["tolerance"] = {"out": {"rtol": 1e-12, "atol": 1e-12}}
+
+    _perturb_json(root / "rules" / "propfair" / "extreme_losses.json", no_error)
+
+    def error(body):
+        body["expected"] = {"error": {"type": "ValueError", "message": "planted"}}
+
+    _perturb_json(root / "formulas" / "project_simplex" / "small.json", error)
+    fails = check_vectors(root)
+    assert len(fails) == 4, fails
+    assert any("fedavg/small round 1: params differs" in f for f in fails)
+    assert any("fedfv_direction/medium: coefficients differs" in f for f in fails)
+    assert any("propfair/extreme_losses: raised ValueError" in f for f in fails)
+    assert any("project_simplex/small: expected ValueError, computed a result" in f for f in fails)
+
+
+def test_cli_writes_and_checks(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["vectors", "--out", str(out)]) == 0
+    assert (out / "schema.json").is_file() and (out / "index.json").is_file()
+    assert main(["vectors", "--check", "--out", str(out)]) == 0
+    assert f"{len(_index(out))} of {len(_index(out))} cases agree" in capsys.readouterr().out
+
+    def nudge(body):
+        body["expected"]["out"]["data"][0] += 1e-6
+
+    _perturb_json(out / "formulas" / "fedavg_weights" / "small.json", nudge)
+    assert main(["vectors", "--check", "--out", str(out)]) == 1
+    assert "fedavg_weights/small: out differs" in capsys.readouterr().out
+    assert main(["vectors", "--check", "--out", str(tmp_path / "none")]) == 2
+    assert main(["vectors", "--out", str(out), "--seed", "-1"]) == 2
+
+
+def test_another_seed_draws_other_inputs(tmp_path):
+    write_vectors(tmp_path, seed=7)
+    a = load_case(tmp_path / "rules" / "fedavg" / "small.json")
+    b = load_case(GOLDEN / "rules" / "fedavg" / "small.json")
+    assert a["seed"] == 7 and not np.array_equal(a["inputs"]["params0"], b["inputs"]["params0"])
+    assert check_vectors(tmp_path) == []
