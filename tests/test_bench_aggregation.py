@@ -4,18 +4,15 @@ matrix's roofline ratio on each backend) on two tiny sizes, cuda rows in numba's
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 from fairagg.kernels import available_backends
 from tests.conftest import on_simulator
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "validate" / "bench_aggregation.py"
 SIZES = {(3, 5000), (5, 700)}
 # The cuda rows: in numba's simulator (CI), or on the GPU when the tests run on one.
 ARGS = ["--cases", "3x5000,5x700", "--repeats", "1"] + (["--simulator"] if on_simulator() else [])
@@ -33,18 +30,9 @@ POSITIVE = (
 )
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("validate_bench_aggregation", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def script():
-    return _load_script()
+    return load_script("bench_aggregation")
 
 
 @pytest.fixture(scope="module")

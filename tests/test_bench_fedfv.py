@@ -4,28 +4,20 @@ roofline) on one tiny case."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "validate" / "bench_fedfv.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("validate_bench_fedfv", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_fedfv")
-    status = _load_script().main(["--cases", "6x3000", "--repeats", "1", "--out", str(out)])
+    status = load_script("bench_fedfv").main(
+        ["--cases", "6x3000", "--repeats", "1", "--out", str(out)]
+    )
     return status, out
 
 

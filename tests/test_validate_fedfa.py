@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -16,8 +15,8 @@ from fairagg.data import synthetic
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
 from models import LogisticRegression
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "validate" / "fedfa_synthetic.py"
 FILES = (
     "runs.csv",
     "accuracies.csv",
@@ -30,17 +29,9 @@ FILES = (
 )
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("validate_fedfa_synthetic", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def script():
-    return _load_script()
+    return load_script("fedfa_synthetic")
 
 
 @pytest.fixture(scope="module")

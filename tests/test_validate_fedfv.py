@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,20 +10,12 @@ from pathlib import Path
 import numba
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "validate" / "fedfv_fmnist_style.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("validate_fedfv_fmnist_style", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    return _load_script()
+    return load_script("fedfv_fmnist_style")
 
 
 @pytest.fixture(scope="module")

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "validate" / "qffl_synthetic.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("validate_qffl_synthetic", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("qffl_synthetic")
-    status = _load_script().main(["--quick", "--rounds", "10", "--out", str(out)])
+    status = load_script("qffl_synthetic").main(["--quick", "--rounds", "10", "--out", str(out)])
     return status, out
 
 

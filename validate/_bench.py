@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import time
@@ -101,3 +102,22 @@ def write_results(out: Path, name: str, rows: list[dict], meta: dict) -> None:
         w.writeheader()
         w.writerows(rows)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+
+
+def parse_cases(text: str) -> list[tuple[int, int]]:
+    """A ``--cases`` value ``"MxD,MxD,..."`` as [(M, D), ...]; argparse reports an error under
+    the option's name."""
+    cases = []
+    for item in (c.strip() for c in text.lower().split(",")):
+        if not item:
+            continue
+        try:
+            m, d = (int(v) for v in item.split("x"))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}") from exc
+        if m < 1 or d < 1:
+            raise argparse.ArgumentTypeError(f"expected M, D >= 1; got {text!r}")
+        cases.append((m, d))
+    if not cases:
+        raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}")
+    return cases

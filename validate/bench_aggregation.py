@@ -91,7 +91,7 @@ from numba import cuda  # the simulator's stand-in under NUMBA_ENABLE_CUDASIM=1
 from numba.core.errors import NumbaPerformanceWarning
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, read_probe, threads  # noqa: E402
+from _bench import median_time, parse_cases, read_probe, threads  # noqa: E402
 from _output import CsvAppender, log  # noqa: E402
 
 from fairagg.kernels import available_backends, gram, weighted_sum  # noqa: E402
@@ -166,24 +166,6 @@ FIELDS = (
 
 
 # --------------------------------------------------------------------------- arguments
-
-
-def parse_cases(text: str) -> list[tuple[int, int]]:
-    """``"MxD,MxD"`` as [(M, D), ...]; argparse reports the error under ``--cases``."""
-    cases = []
-    for item in (c.strip() for c in text.lower().split(",")):
-        if not item:
-            continue
-        try:
-            m, d = (int(v) for v in item.split("x"))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}") from exc
-        if m < 1 or d < 1:
-            raise argparse.ArgumentTypeError(f"expected M, D >= 1; got {text!r}")
-        cases.append((m, d))
-    if not cases:
-        raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}")
-    return cases
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

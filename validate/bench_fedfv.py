@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, read_probe, threads, write_results  # noqa: E402
+from _bench import median_time, parse_cases, read_probe, threads, write_results  # noqa: E402
 
 from fairagg.kernels import gram  # noqa: E402
 from fairagg.rules.fedfv import _combine, fedfv_direction  # noqa: E402
@@ -155,21 +155,6 @@ def measure(m: int, d: int, repeats: int, seed: int = 0, settle: float = 0.0) ->
     }
 
 
-def _cases(text: str) -> list[tuple[int, int]]:
-    cases = []
-    for item in (c for c in text.lower().split(",") if c.strip()):
-        try:
-            m, d = (int(v) for v in item.split("x"))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}") from exc
-        if m < 1 or d < 1:
-            raise argparse.ArgumentTypeError(f"expected M, D >= 1; got {text!r}")
-        cases.append((m, d))
-    if not cases:
-        raise argparse.ArgumentTypeError(f"expected MxD,MxD,...; got {text!r}")
-    return cases
-
-
 def print_table(rows: list[dict], threads_used: int) -> None:
     print(
         f"FedFV direction, alpha = 0, tau = 0, float64, {threads_used} thread(s): medians of "
@@ -215,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="only d = 1e5, fewer repeats")
     ap.add_argument("--repeats", type=int, default=None, help="override every case's repeats")
     ap.add_argument("--threads", type=int, default=1, help="BLAS and Numba threads")
-    ap.add_argument("--cases", type=_cases, default=None, help="MxD,MxD,... instead of the table")
+    ap.add_argument(
+        "--cases", type=parse_cases, default=None, help="MxD,MxD,... instead of the table"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:
