@@ -1,0 +1,1226 @@
+"""Flower adapter: any fairagg rule as a Flower strategy, and the ClientApp its clients run.
+
+Needs the ``flower`` extra (``pip install 'fairagg[flower]'``, Flower ≥ 1.22 and its Message
+API); ``flower-sim`` adds Ray for Flower's simulation engine. ``import fairagg`` never imports
+this module.
+
+Server side, :class:`FairaggStrategy` subclasses Flower's ``FedAvg`` and runs one round of
+``fairagg.simulate`` per Flower round t = ``server_round`` − 1 (SPEC §0):
+
+1. ``configure_train`` keeps θ^t (the ArrayRecord it sends, flattened to one float64 vector by
+   :func:`arrays_to_params`), builds the rule's state with ``rule.init(θ^0, K)`` on the first
+   round, picks the clients and puts everything they need in the train config
+   (:data:`TRAIN_CONFIG_KEYS`: the seed, t, the local-training settings and the rule's
+   :class:`~fairagg.types.LocalSpec`).
+2. ``aggregate_train`` reads each reply: one ArrayRecord, ``"delta"`` (δ_k = θ^t − θ_k),
+   ``"gradient"`` (g_k = ∇F_k(θ^t), for the rules whose ``LocalSpec.report`` is
+   ``"gradients"``) or the client's model θ_k under the strategy's ``arrayrecord_key`` (δ_k is
+   then θ^t − θ_k in float64), and one MetricRecord with :data:`NUM_EXAMPLES` n_k,
+   :data:`CLIENT_ID` k, :data:`LOSS` F_k(θ^t) (the received model's mean training loss *before*
+   local training) and :data:`ACCURACY` (training accuracy of θ^t, or of θ_k for
+   ``accuracy_source="local"``). It counts participations f_k itself, orders the clients as the
+   simulator does, builds :class:`~fairagg.types.RoundReports` and returns
+   ``rule.step(θ^t, reports, state).params`` as the next global ArrayRecord.
+
+Client selection. With ``clients_per_round=m`` the strategy samples client ids exactly as
+``fairagg.simulate``: ``sample_clients(K, m, default_rng([seed, 0, t]), scheme=sampling)``.
+Flower addresses nodes, not clients, so before the first round it sends every connected node a
+``"query.fairagg"`` message and learns which client id (and n_k) each node holds. Replies are
+ordered by the draw order, as in the simulator, and every client trains with the shuffles of
+``default_rng([seed, 1, t, k])``: a Flower run then reproduces ``fairagg.simulate`` bit for bit
+(``validate/flower_simulation.py`` checks it). With ``clients_per_round=None`` Flower's own node
+sampling (``fraction_train``, ``min_train_nodes``) picks the nodes, client ids come from the
+replies, and replies are ordered by client id.
+
+Client side, :func:`fairagg_client_app` builds the ClientApp: it answers the id query, and for
+a train message computes F_k(θ^t) and the accuracy before training, then trains with
+:func:`fairagg.local.train_clients` (or computes :func:`fairagg.local.client_gradients`) for its
+one client with the seed and round of the config, so that its δ_k is the simulator's to the bit.
+A client's id is its node's ``"partition-id"`` (what Flower's simulation engine sets; start a
+SuperNode with ``--node-config "partition-id=3 num-partitions=30"``).
+
+Failures. A reply that carries an error (the ClientApp raised, the node vanished) is logged and
+left out, as in ``FedAvg`` (``on_failure="raise"`` stops the run instead); a rule that needs all
+K clients (``RuleSpec.full_participation``) raises ``AggregationError`` naming the missing ones.
+A reply that is malformed (a metric missing, arrays of the wrong shape, a client id out of
+range) raises Flower's ``InconsistentMessageReplies`` naming the node, client and metric.
+
+:class:`InProcessGrid` runs a ClientApp on virtual nodes in this process (no Ray, no
+SuperLink): the tests drive the strategy through it, and ``Strategy.start`` accepts it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import pickle
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from logging import INFO, WARNING
+from typing import Any, NamedTuple
+
+import numpy as np
+
+try:
+    with warnings.catch_warnings():
+        # typer, a Flower dependency, imports names that click >= 8.3 deprecates; nothing of
+        # ours uses them.
+        warnings.filterwarnings(
+            "ignore", message=r"'click\.[\w.]+' is deprecated", category=DeprecationWarning
+        )
+        from flwr.app import (
+            Array,
+            ArrayRecord,
+            ConfigRecord,
+            Context,
+            Error,
+            Message,
+            MessageType,
+            MetricRecord,
+            RecordDict,
+        )
+        from flwr.clientapp import ClientApp
+        from flwr.common.constant import ErrorCode
+        from flwr.common.logger import log
+        from flwr.serverapp import Grid
+        from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
+        from flwr.serverapp.strategy import FedAvg
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "fairagg.flower needs Flower >= 1.22 (its Message API): install the 'flower' extra, "
+        "pip install 'fairagg[flower]' ('fairagg[flower-sim]' adds Ray for the simulation "
+        f"engine). The import failed with: {exc}"
+    ) from exc
+
+from models import FlatModel
+
+from ._checks import check_choice, check_int, check_real
+from .local import check_propfair, client_gradients, train_clients, trained_accuracies
+from .metrics import fairness_summary
+from .rules import RULES, make_rule
+from .sampling import SAMPLING_SCHEMES, sample_clients
+from .simulate import SAMPLING_STREAM, _client_momentum
+from .types import Rule, check_local_spec, make_reports
+
+__all__ = [
+    "ACCURACY",
+    "CLIENT_ID",
+    "DELTA_KEY",
+    "GRADIENT_KEY",
+    "LOSS",
+    "NUM_EXAMPLES",
+    "PARTITION_ID",
+    "QUERY_MESSAGE_TYPE",
+    "TRAIN_CONFIG_KEYS",
+    "FairaggStrategy",
+    "InProcessGrid",
+    "RoundLog",
+    "arrays_to_params",
+    "evaluate_reply",
+    "fairagg_client_app",
+    "params_to_arrays",
+    "query_reply",
+    "train_reply",
+]
+
+#: Metric keys of a train reply: n_k (Flower's ``weighted_by_key`` default), the client id k in
+#: [0, K), F_k(θ^t) before local training, and the training accuracy the rule asks for.
+NUM_EXAMPLES = "num-examples"
+CLIENT_ID = "client-id"
+LOSS = "loss"
+ACCURACY = "accuracy"
+#: RecordDict keys of the ArrayRecord a client replies with: δ_k, or g_k for gradient rules.
+DELTA_KEY = "delta"
+GRADIENT_KEY = "gradient"
+#: The node-config key that holds a node's client id (set by Flower's simulation engine).
+PARTITION_ID = "partition-id"
+#: Message type of the client-id query the strategy sends before sampling clients by id.
+QUERY_ACTION = "fairagg"
+QUERY_MESSAGE_TYPE = f"{MessageType.QUERY}.{QUERY_ACTION}"
+#: What the strategy puts in every train config (besides Flower's ``"server-round"``).
+TRAIN_CONFIG_KEYS = (
+    "rule",
+    "round-index",
+    "seed",
+    "epochs",
+    "batch-size",
+    "lr",
+    "momentum",
+    "prox-mu",
+    "report",
+    "gradient-batch-size",
+    "propfair-m",
+    "propfair-epsilon",
+    "propfair-huber",
+    "accuracy-source",
+)
+_REPLY_KINDS = ("delta", "model")
+_ON_FAILURE = ("drop", "raise")
+
+
+# --------------------------------------------------------------------------------------------
+# Flat vectors <-> ArrayRecords
+# --------------------------------------------------------------------------------------------
+
+Layout = tuple[tuple[str, tuple[int, ...], str], ...]
+
+
+def _flatten(arrays: Any, name: str = "arrays") -> tuple[np.ndarray, Layout]:
+    """One vector from an ArrayRecord (its arrays raveled and concatenated in key order, in
+    their common dtype: float32 stays float32, as in ``fairagg.simulate``) and the layout
+    (key, shape, dtype) that :func:`_unflatten` inverts."""
+    if not isinstance(arrays, ArrayRecord):
+        raise TypeError(f"{name} must be a flwr.app.ArrayRecord; got {type(arrays).__name__}")
+    if len(arrays) == 0:
+        raise ValueError(f"{name} must hold at least one array")
+    pieces, layout = [], []
+    for key, value in arrays.items():
+        a = value.numpy()
+        if a.dtype.kind != "f" or a.dtype.itemsize < 4:
+            raise TypeError(
+                f"{name}[{key!r}] must be a float32 or float64 array; got dtype {a.dtype}"
+            )
+        pieces.append(a.ravel())
+        layout.append((key, tuple(a.shape), a.dtype.str))
+    dtype = np.result_type(*pieces)
+    flat = pieces[0].astype(dtype) if len(pieces) == 1 else np.concatenate(pieces, dtype=dtype)
+    return flat, tuple(layout)
+
+
+def _unflatten(params: np.ndarray, layout: Layout) -> ArrayRecord:
+    record = ArrayRecord()
+    start = 0
+    for key, shape, dtype in layout:
+        size = math.prod(shape)
+        piece = params[start : start + size].reshape(shape).astype(dtype, copy=False)
+        record[key] = Array(np.ascontiguousarray(piece))
+        start += size
+    return record
+
+
+def params_to_arrays(params: Any, key: str = "theta") -> ArrayRecord:
+    """A flat parameter vector θ (shape (d,), float32/float64) as a one-array ArrayRecord."""
+    p = np.asarray(params)
+    if p.ndim != 1 or p.dtype.kind != "f" or p.size == 0:
+        raise ValueError(f"params must be a non-empty 1-D float array; got {p.dtype} {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("params must be finite")
+    if not isinstance(key, str) or not key:
+        raise TypeError("key must be a non-empty str")
+    return ArrayRecord({key: Array(np.ascontiguousarray(p))})
+
+
+def arrays_to_params(arrays: ArrayRecord) -> np.ndarray:
+    """The parameter vector of an ArrayRecord: every array raveled, concatenated in key order,
+    in the arrays' common dtype (float32 or float64)."""
+    return _flatten(arrays)[0]
+
+
+def _same_shapes(a: Layout, b: Layout) -> bool:
+    return [(k, s) for k, s, _ in a] == [(k, s) for k, s, _ in b]
+
+
+# --------------------------------------------------------------------------------------------
+# Client side
+# --------------------------------------------------------------------------------------------
+
+_DATA_BY_RECIPE: dict[bytes, Any] = {}
+_DATA_BY_OBJECT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _resolve_data(data: Any) -> Any:
+    """``data``, or what the zero-argument loader ``data`` returns, loaded once per process
+    (keyed by the loader's pickle, so that a loader Ray unpickles anew for every message still
+    loads once)."""
+    if not callable(data):
+        return data
+    try:
+        key = pickle.dumps(data)
+    except Exception:  # an unpicklable loader (a lambda): cache by the object itself
+        if data not in _DATA_BY_OBJECT:
+            _DATA_BY_OBJECT[data] = data()
+        return _DATA_BY_OBJECT[data]
+    if key not in _DATA_BY_RECIPE:
+        _DATA_BY_RECIPE[key] = data()
+    return _DATA_BY_RECIPE[key]
+
+
+def _check_data(data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Train and test sizes per client of a FederatedData-like object."""
+    for name in ("X_train", "y_train", "train_offsets", "X_test", "y_test", "test_offsets"):
+        if not hasattr(data, name):
+            raise TypeError(
+                f"data must be a fairagg.data.FederatedData (or a loader returning one); it has "
+                f"no {name!r}"
+            )
+    return (
+        np.diff(np.asarray(data.train_offsets, dtype=np.int64)),
+        np.diff(np.asarray(data.test_offsets, dtype=np.int64)),
+    )
+
+
+def _check_client(client_id: Any, num_clients: int) -> int:
+    if isinstance(client_id, str) and client_id.strip().lstrip("-").isdigit():
+        client_id = int(client_id)
+    return check_int(client_id, "client_id", low=0, high=num_clients - 1)
+
+
+def _single_record(content: RecordDict, kind: str, where: str) -> tuple[str, Any]:
+    by_kind: dict[str, Any] = {
+        "ArrayRecord": content.array_records,
+        "ConfigRecord": content.config_records,
+        "MetricRecord": content.metric_records,
+    }
+    records = by_kind[kind]
+    if len(records) != 1:
+        raise ValueError(f"{where} must hold exactly one {kind}; got keys {sorted(records)}")
+    return next(iter(records.items()))
+
+
+def _config_value(cfg: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in cfg:
+        raise ValueError(
+            f"the train config lacks {key!r}: send train messages with "
+            "fairagg.flower.FairaggStrategy, which sets every key in TRAIN_CONFIG_KEYS"
+        )
+    value = cfg[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise TypeError(f"train config {key!r} must be {kind}; got a bool")
+    if not isinstance(value, kind):
+        raise TypeError(f"train config {key!r} must be {kind}; got {type(value).__name__}")
+    return value
+
+
+def train_reply(
+    model: FlatModel, data: Any, client_id: int, content: RecordDict, *, reply: str = "delta"
+) -> RecordDict:
+    """What client ``client_id`` replies to a train message of :class:`FairaggStrategy`.
+
+    Reads θ^t (the message's one ArrayRecord) and the config (its one ConfigRecord,
+    :data:`TRAIN_CONFIG_KEYS`), then, as ``fairagg.simulate`` does for this client in round
+    t = ``config["round-index"]``: for ``report="deltas"``, :func:`fairagg.local.train_clients`
+    on ``[client_id]`` (serially) with the config's epochs, batch size, lr, momentum, proximal
+    term and PropFair surrogate; for ``report="gradients"``, :func:`fairagg.local.client_gradients`.
+    Shuffles come from ``default_rng([seed, 1, t, client_id])``, so the update is the
+    simulator's to the bit.
+
+    Parameters
+    ----------
+    model : models.FlatModel
+    data : fairagg.data.FederatedData
+        All clients' data (the client reads its own rows).
+    client_id : int
+        k in [0, K).
+    content : RecordDict
+        The train message's content.
+    reply : {"delta", "model"}
+        Send δ_k = θ^t − θ_k under ``"delta"`` (exact), or the trained model θ_k under the
+        message's ArrayRecord key (what Flower's own strategies read). Gradients are always sent
+        under ``"gradient"``.
+
+    Returns
+    -------
+    RecordDict
+        ``{"delta" | "gradient" | <arrays key>: ArrayRecord, "metrics": MetricRecord}`` with the
+        metrics :data:`NUM_EXAMPLES` n_k, :data:`CLIENT_ID` k, :data:`LOSS` F_k(θ^t) and
+        :data:`ACCURACY` (of θ^t, or of θ_k when the config's ``accuracy-source`` is
+        ``"local"``).
+    """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    check_choice(reply, "reply", _REPLY_KINDS)
+    n_train, _ = _check_data(data)
+    k = _check_client(client_id, n_train.size)
+    if not isinstance(content, RecordDict):
+        raise TypeError(f"content must be a flwr.app.RecordDict; got {type(content).__name__}")
+    arrays_key, arrays = _single_record(content, "ArrayRecord", "a train message")
+    _, cfg = _single_record(content, "ConfigRecord", "a train message")
+    theta, layout = _flatten(arrays, "the train message's arrays")
+    t = _config_value(cfg, "round-index", int)
+    seed = _config_value(cfg, "seed", int)
+    report = _config_value(cfg, "report", str)
+    ids = np.array([k], dtype=np.int64)
+    if report == "gradients":
+        bsz = _config_value(cfg, "gradient-batch-size", int)
+        res = client_gradients(
+            model, theta, data, ids, batch_size=bsz or None, seed=seed, round_index=t
+        )
+        key, vec, acc = GRADIENT_KEY, res.deltas[0], res.accuracies[0]
+    elif report == "deltas":
+        pf_m = _config_value(cfg, "propfair-m", (int, float))
+        res = train_clients(
+            model,
+            theta,
+            data,
+            ids,
+            epochs=_config_value(cfg, "epochs", int),
+            batch_size=_config_value(cfg, "batch-size", int),
+            lr=_config_value(cfg, "lr", (int, float)),
+            momentum=_config_value(cfg, "momentum", (int, float)),
+            prox_mu=_config_value(cfg, "prox-mu", (int, float)),
+            seed=seed,
+            round_index=t,
+            parallel=False,
+            propfair_m=pf_m or None,
+            propfair_epsilon=_config_value(cfg, "propfair-epsilon", (int, float)),
+            propfair_huber=_config_value(cfg, "propfair-huber", bool),
+        )
+        source = _config_value(cfg, "accuracy-source", str)
+        check_choice(source, "train config 'accuracy-source'", ("global", "local"))
+        acc = res.accuracies[0]
+        if source == "local":
+            acc = trained_accuracies(model, theta, res.deltas, data, ids)[0]
+        if reply == "delta":
+            key, vec = DELTA_KEY, res.deltas[0]
+        else:
+            key, vec = arrays_key, theta - res.deltas[0]
+    else:
+        raise ValueError(f"train config 'report' must be 'deltas' or 'gradients'; got {report!r}")
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: int(res.num_samples[0]),
+            CLIENT_ID: k,
+            LOSS: float(res.losses[0]),
+            ACCURACY: float(acc),
+        }
+    )
+    return RecordDict({key: _unflatten(vec, layout), "metrics": metrics})
+
+
+def evaluate_reply(model: FlatModel, data: Any, client_id: int, content: RecordDict) -> RecordDict:
+    """Client ``client_id``'s evaluation of the message's model on its test split: mean loss and
+    accuracy (the numbers ``fairagg.simulate`` records as ``test_loss`` / ``test_accuracy``)
+    under :data:`LOSS` and :data:`ACCURACY`, with the test-set size under :data:`NUM_EXAMPLES`.
+    """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    n_train, n_test = _check_data(data)
+    k = _check_client(client_id, n_train.size)
+    _, arrays = _single_record(content, "ArrayRecord", "an evaluate message")
+    theta = arrays_to_params(arrays)
+    lo, hi = int(data.test_offsets[k]), int(data.test_offsets[k + 1])
+    if hi == lo:
+        raise ValueError(f"client {k} has no test rows")
+    loss, acc = model.evaluate_clients(
+        theta, data.X_test[lo:hi], data.y_test[lo:hi], np.array([0, hi - lo])
+    )
+    metrics = MetricRecord(
+        {NUM_EXAMPLES: int(n_test[k]), LOSS: float(loss[0]), ACCURACY: float(acc[0])}
+    )
+    return RecordDict({"metrics": metrics})
+
+
+def query_reply(data: Any, client_id: int) -> RecordDict:
+    """The answer to the strategy's :data:`QUERY_MESSAGE_TYPE` query: the client id and n_k."""
+    n_train, _ = _check_data(data)
+    k = _check_client(client_id, n_train.size)
+    return RecordDict({"metrics": MetricRecord({CLIENT_ID: k, NUM_EXAMPLES: int(n_train[k])})})
+
+
+def _node_client_id(context: Context, client_id: Any) -> Any:
+    if client_id is None:
+        if PARTITION_ID not in context.node_config:
+            raise ValueError(
+                f"the node config has no {PARTITION_ID!r} (Flower's simulation engine sets it; "
+                'start a SuperNode with --node-config "partition-id=K num-partitions=N"), and '
+                "fairagg_client_app was given no client_id"
+            )
+        return context.node_config[PARTITION_ID]
+    if callable(client_id):
+        return client_id(context)
+    return client_id
+
+
+def fairagg_client_app(
+    model: FlatModel,
+    data: Any,
+    *,
+    client_id: int | Callable[[Context], int] | None = None,
+    reply: str = "delta",
+) -> ClientApp:
+    """A Flower ClientApp whose clients compute what a fairagg rule needs.
+
+    It registers three handlers: ``train`` (:func:`train_reply`: F_k(θ^t) and the accuracy
+    before training, then local training or the gradient, replying δ_k or g_k), ``evaluate``
+    (:func:`evaluate_reply` on the client's test split) and ``query.fairagg``
+    (:func:`query_reply`: the client id and n_k, which :class:`FairaggStrategy` asks for before it
+    samples clients by id).
+
+    Parameters
+    ----------
+    model : models.FlatModel
+    data : FederatedData or callable
+        The federated data, or a zero-argument loader returning it, called once per process.
+        A picklable loader (``functools.partial(fairagg.data.load, "synthetic:1,1",
+        num_clients=30, seed=0)``) keeps what Flower's Ray backend ships with every message
+        small: Ray pickles the ClientApp, with whatever it holds, for each message.
+    client_id : int or callable, optional
+        The node's client id k. Default: the node config's ``"partition-id"``; a callable
+        receives the Context.
+    reply : {"delta", "model"}
+        See :func:`train_reply`.
+    """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    if not callable(data):
+        _check_data(data)
+    check_choice(reply, "reply", _REPLY_KINDS)
+    if client_id is not None and not callable(client_id):
+        check_int(client_id, "client_id", low=0)
+    app = ClientApp()
+
+    @app.train()
+    def _train(msg: Message, context: Context) -> Message:
+        d = _resolve_data(data)
+        k = _node_client_id(context, client_id)
+        return Message(train_reply(model, d, k, msg.content, reply=reply), reply_to=msg)
+
+    @app.evaluate()
+    def _evaluate(msg: Message, context: Context) -> Message:
+        d = _resolve_data(data)
+        k = _node_client_id(context, client_id)
+        return Message(evaluate_reply(model, d, k, msg.content), reply_to=msg)
+
+    @app.query(QUERY_ACTION)
+    def _query(msg: Message, context: Context) -> Message:
+        d = _resolve_data(data)
+        return Message(query_reply(d, _node_client_id(context, client_id)), reply_to=msg)
+
+    return app
+
+
+# --------------------------------------------------------------------------------------------
+# Server side
+# --------------------------------------------------------------------------------------------
+
+
+class RoundLog(NamedTuple):
+    """What :class:`FairaggStrategy` records per aggregated round (``strategy.rounds``).
+
+    Attributes
+    ----------
+    server_round : int
+        Flower's round number, t + 1.
+    client_ids : ndarray of int64, shape (m,)
+        The aggregated clients in the order given to the rule.
+    weights : ndarray, shape (m,)
+        The rule's ``info["weights"]``.
+    losses : ndarray of float64, shape (m,), or None
+        The reported F_k(θ^t).
+    failed_nodes : tuple of int
+        Nodes whose reply carried an error.
+    info : dict
+        The rule's whole ``info``.
+    seconds : float
+        Wall time from ``configure_train`` to the end of ``aggregate_train``: sending, the
+        clients' work, receiving and the rule's step.
+    """
+
+    server_round: int
+    client_ids: np.ndarray
+    weights: np.ndarray
+    losses: np.ndarray | None
+    failed_nodes: tuple[int, ...]
+    info: dict[str, Any]
+    seconds: float
+
+
+class _Reply(NamedTuple):
+    node: int
+    client: int
+    vector: np.ndarray
+    num_examples: int
+    loss: float | None
+    accuracy: float | None
+
+
+def _scalar(value: Any) -> float | None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+class FairaggStrategy(FedAvg):
+    """A Flower strategy (Message API, a ``FedAvg`` subclass) that aggregates with a fairagg
+    rule: θ^{t+1} = ``rule.step(θ^t, reports, state).params`` on the clients' replies.
+
+    See the module docstring for the protocol. The run reproduces
+    ``fairagg.simulate(rule, model, data, rounds=T, clients_per_round=m, epochs=..., batch_size=
+    ..., lr=..., momentum=..., prox_mu=..., sampling=..., seed=...)`` when every client runs
+    :func:`fairagg_client_app` and ``clients_per_round`` is given.
+
+    Parameters
+    ----------
+    rule : Rule or str
+        A fairagg rule, or a registry name (default hyper-parameters).
+    num_clients : int
+        K, the number of clients; client ids lie in [0, K).
+    clients_per_round : int, optional
+        m in [1, K]: sample m client ids per round as ``fairagg.simulate`` does (this needs every
+        one of the K clients connected, and learns their nodes with a ``query.fairagg`` message).
+        None: Flower's node sampling (``fraction_train``, ``min_train_nodes``). A rule that needs
+        full participation samples all K whatever is given (m must be K if given).
+    sampling : {"uniform", "proportional"}
+        fairagg's sampling scheme (proportional to n_k uses the n_k the clients reported).
+    seed : int
+        Seeds the sampling and the clients' shuffles.
+    epochs, batch_size, lr, momentum, prox_mu
+        The clients' local training (:func:`fairagg.local.train_clients`); ``lr`` is also the
+        ``RoundReports.lr`` the rules read (q-FFL's L = 1/lr, AFL's step). ``momentum=None``
+        takes the rule's (FedFa's) or 0, as ``fairagg.simulate`` does.
+    on_failure : {"drop", "raise"}
+        What a reply that carries an error does: left out of the round (Flower's way), or
+        ``AggregationError``.
+    discovery_timeout : float
+        Seconds to wait for all K clients to connect and answer the id query.
+    **fedavg_kwargs
+        Passed to ``FedAvg`` (``fraction_evaluate``, ``min_evaluate_nodes``,
+        ``arrayrecord_key``, ...). ``fraction_train`` and ``min_train_nodes`` only with
+        ``clients_per_round=None``.
+
+    Attributes
+    ----------
+    state : NamedTuple
+        The rule's state after the last aggregated round.
+    params : ndarray or None
+        θ^t of the round being run, kept from ``configure_train`` (in the arrays' dtype).
+    reported_params : ndarray or None
+        The model the rule reports after the last round (``info["model"]`` for AFL, its average
+        of iterates; θ^{t+1} otherwise); ``configure_evaluate`` sends it.
+    participations : ndarray of int64, shape (K,)
+        f_k: the number of rounds in which client k's reply was aggregated (the simulator's count
+        of selections, when no reply fails).
+    node_clients : dict of int to int
+        Node id → client id, from the id query and the train replies.
+    client_sizes : ndarray of int64, shape (K,)
+        n_k as the clients answered the id query (0 until they have).
+    rounds : list of RoundLog
+    """
+
+    def __init__(
+        self,
+        rule: Rule | str,
+        num_clients: int,
+        *,
+        clients_per_round: int | None = None,
+        sampling: str = "uniform",
+        seed: int = 0,
+        epochs: int = 1,
+        batch_size: int = 10,
+        lr: float = 0.01,
+        momentum: float | None = None,
+        prox_mu: float = 0.0,
+        on_failure: str = "drop",
+        discovery_timeout: float = 600.0,
+        **fedavg_kwargs: Any,
+    ) -> None:
+        if isinstance(rule, str):
+            rule = make_rule(rule)
+        if not isinstance(rule, Rule):
+            raise TypeError(
+                f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
+            )
+        self.rule = rule
+        self.local = check_local_spec(rule.local)
+        K = check_int(num_clients, "num_clients", low=1)
+        self.num_clients = K
+        spec = RULES.get(rule.name)
+        self.needs: tuple[str, ...] = spec.needs if spec is not None else ()
+        self.full_participation = bool(spec is not None and spec.full_participation)
+        if clients_per_round is not None:
+            clients_per_round = check_int(clients_per_round, "clients_per_round", low=1, high=K)
+            if self.full_participation and clients_per_round != K:
+                raise ValueError(
+                    f"rule {rule.name!r} needs all K = {K} clients every round; got "
+                    f"clients_per_round = {clients_per_round}"
+                )
+        elif self.full_participation:
+            clients_per_round = K
+        self.clients_per_round = clients_per_round
+        if clients_per_round is not None:
+            both = sorted({"fraction_train", "min_train_nodes"} & set(fedavg_kwargs))
+            if both:
+                raise ValueError(
+                    f"{', '.join(both)} select Flower's node sampling; they cannot be combined "
+                    "with fairagg's sampling (clients_per_round, or a rule that needs all K "
+                    "clients)"
+                )
+        self.sampling = check_choice(sampling, "sampling", SAMPLING_SCHEMES)
+        self.seed = check_int(seed, "seed", low=0)
+        self.epochs = check_int(epochs, "epochs", low=1)
+        self.batch_size = check_int(batch_size, "batch_size", low=1)
+        self.lr = check_real(lr, "lr", low=0.0, low_open=True)
+        self.momentum = _client_momentum(momentum, self.local, rule.name)
+        self.prox_mu = check_real(prox_mu, "prox_mu", low=0.0)
+        self.propfair = check_propfair(
+            self.local.propfair_m, self.local.propfair_epsilon, self.local.propfair_huber
+        )
+        self.on_failure = check_choice(on_failure, "on_failure", _ON_FAILURE)
+        self.discovery_timeout = check_real(discovery_timeout, "discovery_timeout", low=0.0)
+        super().__init__(**fedavg_kwargs)
+
+        self.state: Any = None
+        self.params: np.ndarray | None = None
+        self.reported_params: np.ndarray | None = None
+        self._reported_is_model = False
+        self._layout: Layout | None = None
+        self._round: int | None = None
+        self._started = 0.0
+        self._selected: np.ndarray | None = None
+        self._sent: set[int] = set()
+        self.node_clients: dict[int, int] = {}
+        self._client_node: dict[int, int] = {}
+        self.client_sizes = np.zeros(K, dtype=np.int64)
+        self.participations = np.zeros(K, dtype=np.int64)
+        self.rounds: list[RoundLog] = []
+
+    # --- configuration --------------------------------------------------------------------------
+    def summary(self) -> None:
+        """Log the rule and the local-training settings, then FedAvg's summary."""
+        log(INFO, "\t├──> fairagg rule: %s %s", self.rule.name, dict(self.rule.hyperparams))
+        log(
+            INFO,
+            "\t│\t├── K = %d, clients per round: %s (%s sampling), seed %d",
+            self.num_clients,
+            self.clients_per_round or "Flower's node sampling",
+            self.sampling,
+            self.seed,
+        )
+        log(
+            INFO,
+            "\t│\t└── local: %s, epochs %d, batch %d, lr %g, momentum %g, prox_mu %g",
+            self.local.report,
+            self.epochs,
+            self.batch_size,
+            self.lr,
+            self.momentum,
+            self.prox_mu,
+        )
+        super().summary()
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        """The values of :data:`TRAIN_CONFIG_KEYS` for round ``server_round`` (t + 1)."""
+        spec = self.local
+        return {
+            "rule": self.rule.name,
+            "round-index": server_round - 1,
+            "seed": self.seed,
+            "epochs": self.epochs,
+            "batch-size": self.batch_size,
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "prox-mu": self.prox_mu,
+            "report": spec.report,
+            "gradient-batch-size": spec.gradient_batch_size or 0,  # 0: full batch
+            "propfair-m": self.propfair[0],  # 0.0: train on the loss
+            "propfair-epsilon": self.propfair[1],
+            "propfair-huber": self.propfair[2],
+            "accuracy-source": spec.accuracy_source,
+        }
+
+    def _config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
+        if not isinstance(config, ConfigRecord):
+            raise TypeError(f"config must be a flwr.app.ConfigRecord; got {type(config).__name__}")
+        ours = self.train_config(server_round)
+        for key, value in ours.items():
+            if key in config and config[key] != value:
+                raise ValueError(
+                    f"train_config[{key!r}] = {config[key]!r} contradicts the strategy's "
+                    f"{value!r}; set it through FairaggStrategy"
+                )
+        merged = ConfigRecord(dict(config))
+        for key, value in ours.items():
+            merged[key] = value
+        merged["server-round"] = server_round
+        return merged
+
+    def _discover(self, grid: Grid) -> None:
+        """Learn which node holds which client id (and its n_k), until all K are known."""
+        K = self.num_clients
+        deadline = time.monotonic() + self.discovery_timeout
+        while True:
+            nodes = list(grid.get_node_ids())
+            live = set(nodes)
+            for node in [n for n in self.node_clients if n not in live]:
+                del self.node_clients[node]  # a node that left; its client may come back
+            unknown = [n for n in nodes if n not in self.node_clients]
+            if unknown:
+                query = RecordDict({"config": ConfigRecord({"fairagg": "client-id"})})
+                messages = [
+                    Message(query, dst_node_id=n, message_type=QUERY_MESSAGE_TYPE) for n in unknown
+                ]
+                timeout = max(deadline - time.monotonic(), 1.0)
+                for msg in grid.send_and_receive(messages, timeout=timeout):
+                    self._learn_node(msg)
+            if len(set(self.node_clients.values())) == K:
+                break
+            if time.monotonic() > deadline:
+                have = sorted(set(self.node_clients.values()))
+                raise AggregationError(
+                    f"fairagg's sampling needs all K = {K} clients connected; after "
+                    f"{self.discovery_timeout:g} s {len(have)} answered "
+                    f"(missing: {sorted(set(range(K)) - set(have))[:20]})"
+                )
+            time.sleep(1.0)
+        self._client_node = {c: n for n, c in self.node_clients.items()}
+
+    def _learn_node(self, msg: Message) -> None:
+        node = msg.metadata.src_node_id
+        if msg.has_error():
+            raise InconsistentMessageReplies(
+                f"node {node} did not answer fairagg's client-id query ({QUERY_MESSAGE_TYPE!r}); "
+                f"its ClientApp must be fairagg_client_app or register "
+                f"@app.query({QUERY_ACTION!r}) returning {CLIENT_ID!r} and {NUM_EXAMPLES!r}: "
+                f"{msg.error.reason}"
+            )
+        try:
+            _, metrics = _single_record(msg.content, "MetricRecord", f"the query reply of {node}")
+        except ValueError as exc:
+            raise InconsistentMessageReplies(str(exc)) from exc
+        k = self._int_metric(metrics, CLIENT_ID, node, None, "the query reply")
+        n = self._int_metric(metrics, NUM_EXAMPLES, node, k, "the query reply")
+        if k >= self.num_clients:
+            raise InconsistentMessageReplies(
+                f"node {node} holds client id {k}, outside [0, {self.num_clients})"
+            )
+        if n < 1:
+            raise InconsistentMessageReplies(f"node {node} (client {k}) reports n_k = {n} < 1")
+        for other, c in list(self.node_clients.items()):
+            if c == k and other != node:
+                raise InconsistentMessageReplies(
+                    f"nodes {other} and {node} both hold client id {k}"
+                )
+        self.node_clients[node] = k
+        self.client_sizes[k] = n
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Keep θ^t = ``arrays``, pick the round's clients and send them θ^t and the config."""
+        server_round = check_int(server_round, "server_round", low=1)
+        started = time.perf_counter()
+        theta, layout = _flatten(arrays)
+        if not np.all(np.isfinite(theta)):
+            raise ValueError("arrays must be finite (θ^t holds NaN or infinity)")
+        if self._layout is not None and not _same_shapes(layout, self._layout):
+            raise ValueError(
+                f"arrays must keep the layout of the first round {self._layout}; got {layout}"
+            )
+        cfg = self._config(config, server_round)
+        if self._layout is None:
+            self.state = self.rule.init(theta, self.num_clients)
+            self._layout = layout
+        self.params, self._round, self._started = theta, server_round, started
+        if self.clients_per_round is None:
+            messages = list(super().configure_train(server_round, arrays, cfg, grid))
+            self._selected = None
+        else:
+            self._discover(grid)
+            rng = np.random.default_rng([self.seed, SAMPLING_STREAM, server_round - 1])
+            S = sample_clients(
+                self.num_clients,
+                self.clients_per_round,
+                rng,
+                scheme=self.sampling,
+                num_samples=self.client_sizes,
+            )
+            record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: cfg})
+            messages = [
+                Message(
+                    record, dst_node_id=self._client_node[int(k)], message_type=MessageType.TRAIN
+                )
+                for k in S
+            ]
+            self._selected = S
+            log(INFO, "configure_train: sampled clients %s (fairagg)", S.tolist())
+        self._sent = {m.metadata.dst_node_id for m in messages}
+        return messages
+
+    # --- aggregation ----------------------------------------------------------------------------
+    def _int_metric(self, metrics: Any, key: str, node: int, client: Any, what: str) -> int:
+        who = f"node {node}" + ("" if client is None else f" (client {client})")
+        if key not in metrics:
+            raise InconsistentMessageReplies(
+                f"{what} of {who} lacks the metric {key!r}; fairagg_client_app sends "
+                f"{NUM_EXAMPLES!r}, {CLIENT_ID!r}, {LOSS!r} and {ACCURACY!r}"
+            )
+        v = metrics[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise InconsistentMessageReplies(
+                f"metric {key!r} of {who} must be a non-negative int; got {v!r}"
+            )
+        return int(v)
+
+    def _float_metric(self, metrics: Any, key: str, node: int, client: int) -> float | None:
+        if key not in metrics:
+            return None
+        v = metrics[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise InconsistentMessageReplies(
+                f"metric {key!r} of node {node} (client {client}) must be a finite number; "
+                f"got {v!r}"
+            )
+        return float(v)
+
+    def _parse(self, msg: Message) -> _Reply:
+        node = msg.metadata.src_node_id
+        if self._sent and node not in self._sent:
+            raise InconsistentMessageReplies(
+                f"a train reply came from node {node}, which was sent no train message in "
+                f"round {self._round}"
+            )
+        content = msg.content
+        try:
+            _, metrics = _single_record(content, "MetricRecord", f"the train reply of node {node}")
+            key, arrays = _single_record(content, "ArrayRecord", f"the train reply of node {node}")
+        except ValueError as exc:
+            raise InconsistentMessageReplies(str(exc)) from exc
+        k = self._int_metric(metrics, CLIENT_ID, node, None, "the train reply")
+        if k >= self.num_clients:
+            raise InconsistentMessageReplies(
+                f"the train reply of node {node} has client id {k}, outside [0, {self.num_clients})"
+            )
+        known = self.node_clients.get(node)
+        if known is not None and known != k:
+            raise InconsistentMessageReplies(
+                f"node {node} holds client {known} but its train reply says client {k}"
+            )
+        n = self._int_metric(metrics, self.weighted_by_key, node, k, "the train reply")
+        if n < 1:
+            raise InconsistentMessageReplies(
+                f"metric {self.weighted_by_key!r} of node {node} (client {k}) must be >= 1"
+            )
+        gradients = self.local.report == "gradients"
+        allowed = (GRADIENT_KEY,) if gradients else (DELTA_KEY, self.arrayrecord_key)
+        if key not in allowed:
+            raise InconsistentMessageReplies(
+                f"the train reply of node {node} (client {k}) holds its arrays under {key!r}; "
+                f"rule {self.rule.name!r} expects {' or '.join(map(repr, allowed))}"
+            )
+        vec, layout = _flatten(arrays, f"the {key!r} arrays of node {node}")
+        assert self._layout is not None and self.params is not None
+        if not _same_shapes(layout, self._layout):
+            raise InconsistentMessageReplies(
+                f"the {key!r} arrays of node {node} (client {k}) have layout {layout}; θ^t has "
+                f"{self._layout}"
+            )
+        if key == self.arrayrecord_key:
+            vec = self.params - vec  # the client sent θ_k: δ_k = θ^t − θ_k
+        loss = self._float_metric(metrics, LOSS, node, k)
+        acc = self._float_metric(metrics, ACCURACY, node, k)
+        return _Reply(node, k, vec, n, loss, acc)
+
+    def _field(self, replies: Sequence[_Reply], attr: str, metric: str, need: str) -> Any:
+        values = [getattr(r, attr) for r in replies]
+        missing = [r for r, v in zip(replies, values, strict=True) if v is None]
+        if not missing:
+            return np.array(values, dtype=np.float64)
+        if need in self.needs or len(missing) < len(replies):
+            r = missing[0]
+            why = (
+                f"rule {self.rule.name!r} needs it"
+                if need in self.needs
+                else "other replies of the round have it"
+            )
+            raise InconsistentMessageReplies(
+                f"the train reply of node {r.node} (client {r.client}) lacks the metric "
+                f"{metric!r} ({why})"
+            )
+        return None
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Build the round's RoundReports from the replies and step the rule.
+
+        Returns θ^{t+1} in θ^t's layout, and a MetricRecord: ``clients`` m, ``failures``,
+        ``num-examples`` Σ n_k, the n_k-weighted mean and the maximum of F_k(θ^t) (``loss``,
+        ``loss-max``), of the accuracies (``accuracy``, ``accuracy-min``), and every finite
+        scalar of the rule's ``info`` as ``rule-<name>``.
+        """
+        replies = list(replies)
+        if self.params is None or self._round != server_round:
+            raise AggregationError(
+                f"aggregate_train(server_round={server_round}) without a matching "
+                f"configure_train (θ^t is kept for round {self._round})"
+            )
+        failed = [m for m in replies if m.has_error()]
+        valid = [m for m in replies if not m.has_error()]
+        log(
+            INFO,
+            "aggregate_train: received %d results and %d failures",
+            len(valid),
+            len(failed),
+        )
+        for msg in failed:
+            log(
+                WARNING,
+                "\t> error in the reply of node %d: %s",
+                msg.metadata.src_node_id,
+                msg.error.reason,
+            )
+        if failed and self.on_failure == "raise":
+            reasons = "; ".join(
+                f"node {m.metadata.src_node_id}: {m.error.reason}" for m in failed[:5]
+            )
+            raise AggregationError(
+                f"{len(failed)} train replies carry errors (on_failure='raise'): {reasons}"
+            )
+        parsed = [self._parse(m) for m in valid]
+        ids = [r.client for r in parsed]
+        if len(set(ids)) != len(ids):
+            dup = sorted({k for k in ids if ids.count(k) > 1})
+            raise InconsistentMessageReplies(f"several train replies claim client ids {dup}")
+        for r in parsed:
+            self.node_clients.setdefault(r.node, r.client)
+        if self.full_participation and len(ids) != self.num_clients:
+            missing = sorted(set(range(self.num_clients)) - set(ids))
+            raise AggregationError(
+                f"rule {self.rule.name!r} needs all K = {self.num_clients} clients every round; "
+                f"round {server_round} has no reply from clients {missing[:20]}"
+            )
+        if not parsed:
+            self._round = None
+            return None, None
+        if self._selected is not None:
+            position = {int(k): i for i, k in enumerate(self._selected)}
+            parsed.sort(key=lambda r: position.get(r.client, len(position) + r.client))
+        else:
+            parsed.sort(key=lambda r: r.client)
+        ids_arr = np.array([r.client for r in parsed], dtype=np.int64)
+        n = np.array([r.num_examples for r in parsed], dtype=np.int64)
+        losses = self._field(parsed, "loss", LOSS, "losses")
+        accs = self._field(parsed, "accuracy", ACCURACY, "accuracies")
+        counts = self.participations[ids_arr] + 1  # committed once the rule has stepped
+        matrix = np.stack([r.vector for r in parsed])
+        gradients = self.local.report == "gradients"
+        reports = make_reports(
+            None if gradients else matrix,
+            n,
+            losses=losses,
+            accuracies=accs,
+            participations=counts,
+            client_ids=ids_arr,
+            round_index=server_round - 1,
+            num_clients=self.num_clients,
+            gradients=matrix if gradients else None,
+            lr=self.lr,
+        )
+        agg = self.rule.step(self.params, reports, self.state)
+        reported = agg.info.get("model", agg.params)
+        if not (np.all(np.isfinite(agg.params)) and np.all(np.isfinite(reported))):
+            raise AggregationError(
+                f"rule {self.rule.name!r} produced non-finite parameters in round {server_round}"
+            )
+        self.state = agg.state
+        self.participations[ids_arr] = counts
+        self.reported_params = np.asarray(reported)
+        self._reported_is_model = "model" in agg.info
+        new = np.asarray(agg.params)
+        metrics = MetricRecord(
+            {"clients": len(parsed), "failures": len(failed), NUM_EXAMPLES: int(n.sum())}
+        )
+        w = n / n.sum()
+        if losses is not None:
+            metrics[LOSS] = float(w @ losses)
+            metrics["loss-max"] = float(losses.max())
+        if accs is not None:
+            metrics[ACCURACY] = float(w @ accs)
+            metrics["accuracy-min"] = float(accs.min())
+        for name, value in agg.info.items():
+            v = _scalar(value)
+            if v is not None:
+                metrics[f"rule-{name}"] = v
+        self.rounds.append(
+            RoundLog(
+                server_round,
+                ids_arr,
+                np.asarray(agg.info["weights"]),
+                losses,
+                tuple(m.metadata.src_node_id for m in failed),
+                agg.info,
+                time.perf_counter() - self._started,
+            )
+        )
+        self._round = None
+        assert self._layout is not None
+        return _unflatten(new, self._layout), metrics
+
+    # --- evaluation -----------------------------------------------------------------------------
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """FedAvg's, sending the model the rule reports (AFL's average of iterates) when it is
+        not the iterate ``arrays``."""
+        if self._reported_is_model and self.reported_params is not None:
+            assert self._layout is not None
+            arrays = _unflatten(self.reported_params, self._layout)
+        return super().configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """The test-set-size-weighted mean ``loss`` and ``accuracy`` (a fraction) of the
+        evaluate replies, and :func:`fairagg.metrics.fairness_summary` of their accuracies as
+        ``fairness-<key>`` (``fairness-worst_20``, ``fairness-variance``, ...: percent, as that
+        function reports them); FedAvg's aggregation when the replies hold no ``accuracy``."""
+        replies = list(replies)
+        valid = [m for m in replies if not m.has_error()]
+        records = []
+        for msg in valid:
+            if len(msg.content.metric_records) != 1:
+                return super().aggregate_evaluate(server_round, replies)
+            records.append(next(iter(msg.content.metric_records.values())))
+        if not records or not all(
+            ACCURACY in r and LOSS in r and self.weighted_by_key in r for r in records
+        ):
+            return super().aggregate_evaluate(server_round, replies)
+        log(
+            INFO,
+            "aggregate_evaluate: %d results, %d failures",
+            len(valid),
+            len(replies) - len(valid),
+        )
+        n = np.array([r[self.weighted_by_key] for r in records], dtype=np.float64)
+        acc = np.array([r[ACCURACY] for r in records], dtype=np.float64)
+        loss = np.array([r[LOSS] for r in records], dtype=np.float64)
+        w = n / n.sum()
+        out = MetricRecord({LOSS: float(w @ loss), ACCURACY: float(w @ acc)})
+        for key, value in fairness_summary(acc, n.astype(np.int64)).items():
+            if value is not None:
+                out[f"fairness-{key}"] = float(value)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# A Grid without Ray
+# --------------------------------------------------------------------------------------------
+
+
+def _ensure_task_identity() -> None:
+    """Give this process the task identity Flower's runtimes set (Flower >= 1.3x builds an
+    instruction message's metadata from it), unless one is set already."""
+    try:
+        from flwr.supercore.task_identity import TaskIdentity
+    except ImportError:  # older Flower: messages need no task identity
+        return
+    for attr, value in (("_run_id", 0), ("_node_id", 1), ("_task_id", 0)):  # 1: the SuperLink
+        if getattr(TaskIdentity, attr, 0) is None:
+            setattr(TaskIdentity, attr, value)
+
+
+class InProcessGrid(Grid):
+    """A Flower Grid that runs a ClientApp on ``num_nodes`` virtual nodes in this process.
+
+    Node i (a random 63-bit node id, seeded) has node config ``{"partition-id": i,
+    "num-partitions": num_nodes}`` and a Context that persists across messages, as in Flower's
+    simulation engine; messages are handled one after another, and a ClientApp that raises
+    yields an error reply (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``) as Flower's runtimes do.
+    For tests and for timing a strategy without Ray's transport; ``failing`` names nodes (by
+    partition id) whose ClientApp raises on train messages, to exercise failures. Outside a
+    Flower runtime it sets the process's Flower task identity (run 0, the SuperLink's node id 1)
+    if none is set, which Flower needs to build messages.
+    """
+
+    def __init__(
+        self,
+        client_app: Callable[[Message, Context], Message],
+        num_nodes: int,
+        *,
+        seed: int = 0,
+        failing: Iterable[int] = (),
+    ) -> None:
+        if not callable(client_app):
+            raise TypeError(f"client_app must be a ClientApp; got {type(client_app).__name__}")
+        num_nodes = check_int(num_nodes, "num_nodes", low=1)
+        rng = np.random.default_rng([seed, 7])
+        ids: list[int] = []
+        while len(ids) < num_nodes:
+            v = int(rng.integers(1, 2**63 - 1))
+            if v not in ids:
+                ids.append(v)
+        _ensure_task_identity()
+        self.client_app = client_app
+        self.partition_of = {nid: i for i, nid in enumerate(ids)}
+        self.failing = {check_int(i, "failing", low=0, high=num_nodes - 1) for i in failing}
+        self.contexts = {
+            nid: Context(
+                run_id=0,
+                node_id=nid,
+                node_config={PARTITION_ID: i, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+            for nid, i in self.partition_of.items()
+        }
+        self._run: Any = None
+        self._pending: dict[str, Message] = {}
+        self.messages_handled = 0
+
+    def set_run(self, run: Any) -> None:
+        """Set the run this grid operates in (kept; unused)."""
+        self._run = run
+
+    @property
+    def run(self) -> Any:
+        """The run set with :meth:`set_run` (None by default)."""
+        return self._run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """A new instruction message."""
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl
+        )
+
+    def get_node_ids(self) -> list[int]:
+        """The virtual nodes' ids."""
+        return list(self.contexts)
+
+    def _handle(self, msg: Message) -> Message:
+        node = msg.metadata.dst_node_id
+        if node not in self.contexts:
+            return Message(
+                Error(code=ErrorCode.NODE_UNAVAILABLE, reason=f"no node {node}"), reply_to=msg
+            )
+        self.messages_handled += 1
+        try:
+            train = msg.metadata.message_type.split(".")[0] == MessageType.TRAIN
+            if train and self.partition_of[node] in self.failing:
+                raise RuntimeError(f"node {node} fails on purpose (InProcessGrid.failing)")
+            return self.client_app(msg, self.contexts[node])
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            return Message(
+                Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg
+            )
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Handle each message now; returns ids under which :meth:`pull_messages` finds the
+        replies."""
+        out = []
+        for msg in messages:
+            key = f"m{len(self._pending)}-{time.perf_counter_ns()}"
+            self._pending[key] = self._handle(msg)
+            out.append(key)
+        return out
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        """The replies pushed under ``message_ids`` (each returned once)."""
+        return [self._pending.pop(i) for i in message_ids if i in self._pending]
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        """Handle the messages in order and return their replies."""
+        del timeout
+        return [self._handle(m) for m in messages]
