@@ -1,7 +1,9 @@
-"""Loading the scripts of ``validate/`` as modules, for their smoke tests."""
+"""Loading the scripts of ``validate/`` as modules, and reading their CSVs, for their smoke
+tests."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -19,3 +21,9 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header, as dicts of strings."""
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -15,7 +13,7 @@ from fairagg.data import synthetic
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
 from models import LogisticRegression
-from tests.scripts import load_script
+from tests.scripts import csv_rows, load_script
 
 FILES = (
     "runs.csv",
@@ -42,11 +40,6 @@ def quick_run(script, tmp_path_factory):
     return status, out, threads
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 def test_quick_run_writes_every_file(quick_run):
     status, out, _ = quick_run
     assert status == 0
@@ -64,7 +57,7 @@ def test_numba_thread_count_is_restored(quick_run):
 
 def test_runs_csv_has_one_finite_row_per_dataset_method_and_seed(script, quick_run):
     _, out, _ = quick_run
-    rows = _rows(out / "runs.csv")
+    rows = csv_rows(out / "runs.csv")
     expected = [(d, m, s) for d in script.DATASET_KEYS for s in (1, 2) for m in script.METHOD_KEYS]
     assert [(r["dataset"], r["method"], int(r["seed"])) for r in rows] == expected
     for r in rows:
@@ -85,19 +78,19 @@ def test_runs_csv_has_one_finite_row_per_dataset_method_and_seed(script, quick_r
 
 def test_accuracies_and_curves_csv(script, quick_run):
     _, out, _ = quick_run
-    rows = _rows(out / "accuracies.csv")
+    rows = csv_rows(out / "accuracies.csv")
     n_runs = len(script.DATASET_KEYS) * len(script.METHOD_KEYS) * 2
     assert len(rows) == n_runs * 12  # 12 devices in --quick
     assert all(0.0 <= float(r["test_accuracy"]) <= 1.0 for r in rows)
     assert all(int(r["test_samples"]) >= 1 for r in rows)
-    curves = _rows(out / "curves.csv")
+    curves = csv_rows(out / "curves.csv")
     assert len(curves) == n_runs * 5  # rounds 0..4, --eval-every 1
     assert all(0.0 <= float(r["mean_test_accuracy"]) <= 100.0 for r in curves)
 
 
 def test_table_has_one_row_per_dataset_and_method(script, quick_run):
     _, out, _ = quick_run
-    rows = _rows(out / "table.csv")
+    rows = csv_rows(out / "table.csv")
     expected = [(d, m) for d in script.DATASET_KEYS for m in script.METHOD_KEYS]
     assert [(r["dataset"], r["method"]) for r in rows] == expected
     for r in rows:
@@ -122,7 +115,7 @@ def test_table_has_one_row_per_dataset_and_method(script, quick_run):
 def test_quick_methods_differ(quick_run):
     """The methods are not all the same run under different names."""
     _, out, _ = quick_run
-    rows = _rows(out / "runs.csv")
+    rows = csv_rows(out / "runs.csv")
 
     def finals(method: str) -> list[float]:
         return [float(r["train_loss"]) for r in rows if r["method"] == method]
@@ -218,7 +211,7 @@ def test_a_failing_run_is_recorded_not_raised(script, tmp_path, monkeypatch):
     argv = ["--quick", "--datasets", "1_1", "--methods", "fedavg,fedfa-0.5-0.5"]
     status = script.main([*argv, "--out", str(tmp_path)])
     assert status == 1
-    rows = _rows(tmp_path / "runs.csv")
+    rows = csv_rows(tmp_path / "runs.csv")
     assert [r["method"] for r in rows] == ["fedavg", "fedfa-0.5-0.5"]
     assert all(r["status"].startswith("failed after 0 rounds: FloatingPointError") for r in rows)
     assert (tmp_path / "table.txt").is_file() and (tmp_path / "summary.json").is_file()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from pathlib import Path
 
 import numba
 import pytest
 
-from tests.scripts import load_script
+from tests.scripts import csv_rows, load_script
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +22,6 @@ def quick_run(script, tmp_path_factory):
     threads = numba.get_num_threads()
     status = script.main(["--quick", "--rounds", "10", "--out", str(out)])
     return status, out, threads
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_quick_run_writes_every_file(quick_run):
@@ -47,7 +40,7 @@ def test_numba_thread_count_is_restored(quick_run):
 
 def test_runs_csv_has_one_finite_row_per_method(script, quick_run):
     _, out, _ = quick_run
-    rows = _rows(out / "runs.csv")
+    rows = csv_rows(out / "runs.csv")
     assert [r["method"] for r in rows] == list(script.METHOD_KEYS)
     for r in rows:
         assert r["status"] == "completed", (r["method"], r["status"])
@@ -64,7 +57,7 @@ def test_runs_csv_has_one_finite_row_per_method(script, quick_run):
 
 def test_table_and_summary(script, quick_run):
     _, out, _ = quick_run
-    rows = _rows(out / "table.csv")
+    rows = csv_rows(out / "table.csv")
     assert [r["method"] for r in rows] == list(script.METHOD_KEYS)
     assert all(int(r["runs"]) == 1 for r in rows)
     assert all(float(r["std_std"]) == 0.0 for r in rows)  # one seed
@@ -107,6 +100,6 @@ def test_a_failing_run_is_recorded_not_raised(script, tmp_path, monkeypatch):
         ["--quick", "--rounds", "2", "--methods", "fedavg,fedfv-a0", "--out", str(tmp_path)]
     )
     assert status == 1
-    rows = _rows(tmp_path / "runs.csv")
+    rows = csv_rows(tmp_path / "runs.csv")
     assert [r["method"] for r in rows] == ["fedavg", "fedfv-a0"]
     assert all(r["status"].startswith("failed after 0 rounds: FloatingPointError") for r in rows)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from tests.scripts import load_script
+from tests.scripts import csv_rows, load_script
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +15,6 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("qffl_synthetic")
     status = load_script("qffl_synthetic").main(["--quick", "--rounds", "10", "--out", str(out)])
     return status, out
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_quick_run_writes_every_file(quick_run):
@@ -42,7 +35,7 @@ def test_quick_run_writes_every_file(quick_run):
 
 def test_runs_csv_has_one_finite_row_per_q_and_seed(quick_run):
     _, out = quick_run
-    rows = _rows(out / "runs.csv")
+    rows = csv_rows(out / "runs.csv")
     assert sorted((float(r["q"]), int(r["seed"])) for r in rows) == [(0.0, 1), (1.0, 1)]
     for r in rows:
         assert r["status"] == "completed"
@@ -61,7 +54,7 @@ def test_runs_csv_has_one_finite_row_per_q_and_seed(quick_run):
 
 def test_accuracies_csv_has_every_device(quick_run):
     _, out = quick_run
-    rows = _rows(out / "accuracies.csv")
+    rows = csv_rows(out / "accuracies.csv")
     assert len(rows) == 2 * 20  # two q's, one seed, 20 devices
     assert all(0.0 <= float(r["test_accuracy"]) <= 1.0 for r in rows)
     assert all(int(r["test_samples"]) >= 1 for r in rows)
@@ -69,7 +62,7 @@ def test_accuracies_csv_has_every_device(quick_run):
 
 def test_table_has_one_row_per_q(quick_run):
     _, out = quick_run
-    rows = _rows(out / "table.csv")
+    rows = csv_rows(out / "table.csv")
     assert [float(r["q"]) for r in rows] == [0.0, 1.0]
     for r in rows:
         assert int(r["runs"]) == 1

@@ -177,7 +177,15 @@ from fairagg.types import Aggregate, RoundReports, Rule
 from models import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _output import CsvAppender, log, write_csv  # noqa: E402
+from _output import (  # noqa: E402
+    CsvAppender,
+    cell,
+    int_list,
+    log,
+    mean_std,
+    render_columns,
+    write_csv,
+)
 
 # ------------------------------------------------------------------------------------------------
 # the paper and the experiment grid
@@ -359,18 +367,6 @@ def momentum_only_rule(
 # arguments
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma list of integers; got {text!r}"
-        ) from None
-    if not vals or any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 0; got {text!r}")
-    return list(dict.fromkeys(vals))
-
-
 def _keys(text: str | None, allowed: tuple[str, ...], what: str) -> list[str]:
     if text is None:
         return list(allowed)
@@ -437,7 +433,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
     try:
-        args.seeds = _ints(args.seeds if args.seeds is not None else base["seeds"])
+        args.seeds = int_list(args.seeds if args.seeds is not None else base["seeds"])
         args.datasets = _keys(args.datasets, DATASET_KEYS, "dataset")
         args.methods = _keys(args.methods, METHOD_KEYS, "method")
     except argparse.ArgumentTypeError as exc:
@@ -480,26 +476,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-def _ms(vals: list[float]) -> tuple[float | None, float | None]:
-    if not vals:
-        return None, None
-    a = np.asarray(vals, dtype=np.float64)
-    return float(a.mean()), float(a.std())
-
-
-def _cell(mean: float | None, std: float | None, dec: int = 1, sign: bool = False) -> str:
-    if mean is None:
-        return "n/a"
-    fmt = f"{{:+.{dec}f}}" if sign else f"{{:.{dec}f}}"
-    return fmt.format(mean) if std is None else f"{fmt.format(mean)} ± {std:.{dec}f}"
-
-
-def _render(header: list[str], lines: list[list[str]]) -> list[str]:
-    widths = [max(len(c) for c in col) for col in zip(header, *lines, strict=True)]
-    fmt = "  ".join(["{:<" + str(widths[0]) + "}"] + [f"{{:>{w}}}" for w in widths[1:]])
-    return [fmt.format(*header), *(fmt.format(*ln) for ln in lines)]
 
 
 def _dataset(key: str) -> tuple[str, str, float, float, bool, float]:
@@ -683,7 +659,7 @@ def _table(runs: list[dict[str, Any]], datasets: list[str], methods: list[str]) 
                 "runs": len(done),
             }
             for name in (*SUMMARY_KEYS, "train_loss", "auc"):
-                row[f"{name}_mean"], row[f"{name}_std"] = _ms([r[name] for r in done])
+                row[f"{name}_mean"], row[f"{name}_std"] = mean_std([r[name] for r in done])
             paper = _method(key)[6]
             for i, name in enumerate(PAPER_KEYS):
                 row[f"paper_{name}"] = PAPER_TABLE2[ds][paper][i] if paper else None
@@ -702,10 +678,10 @@ def _text_tables(rows: list[dict[str, Any]], args: argparse.Namespace, caption: 
         lines = []
         for r in sub:
             cells = [r["label"], str(r["runs"])]
-            cells += [_cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in ("average", "worst_20")]
-            cells += [_cell(r["best_20_mean"], r["best_20_std"])]
-            cells += [_cell(r["variance_mean"], r["variance_std"], 0)]
-            cells += [_cell(r["train_loss_mean"], r["train_loss_std"], 3), "|"]
+            cells += [cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in ("average", "worst_20")]
+            cells += [cell(r["best_20_mean"], r["best_20_std"])]
+            cells += [cell(r["variance_mean"], r["variance_std"], 0)]
+            cells += [cell(r["train_loss_mean"], r["train_loss_std"], 3), "|"]
             if r["paper_average"] is None:
                 cells += ["-"] * 4
             else:
@@ -713,7 +689,7 @@ def _text_tables(rows: list[dict[str, Any]], args: argparse.Namespace, caption: 
             lines.append(cells)
         mom = _client_momentum(args, ds)
         out.append(f"{_dataset(ds)[1]} (FedFa client momentum {mom:g})")
-        out += _render(head, lines)
+        out += render_columns(head, lines)
         out.append("")
     out += [
         "Average: sample-weighted over the devices' test sets; Worst/Best 20%: mean of the 20% "
@@ -747,15 +723,15 @@ def _text_tables(rows: list[dict[str, Any]], args: argparse.Namespace, caption: 
                     weights,
                     mom,
                     str(r["runs"]),
-                    _cell(r["average_mean"], r["average_std"]),
-                    _cell(r["worst_20_mean"], r["worst_20_std"]),
-                    _cell(r["train_loss_mean"], r["train_loss_std"], 3),
-                    _cell(r["auc_mean"], r["auc_std"]),
+                    cell(r["average_mean"], r["average_std"]),
+                    cell(r["worst_20_mean"], r["worst_20_std"]),
+                    cell(r["train_loss_mean"], r["train_loss_std"], 3),
+                    cell(r["auc_mean"], r["auc_std"]),
                 ]
             )
         if lines:
             out += ["", f"{_dataset(ds)[1]} (client momentum {_client_momentum(args, ds):g}):"]
-            out += _render(head2, lines)
+            out += render_columns(head2, lines)
     return "\n".join(out)
 
 

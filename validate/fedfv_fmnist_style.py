@@ -165,7 +165,15 @@ from fairagg.simulate import simulate
 from models import MLP, LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _output import CsvAppender, log, write_csv  # noqa: E402
+from _output import (  # noqa: E402
+    CsvAppender,
+    cell,
+    int_list,
+    log,
+    mean_std,
+    render_columns,
+    write_csv,
+)
 
 #: The paper's Table 3 (Fashion-MNIST): per class (shirt, pullover, T-shirt), Ave., "Var." (which
 #: is the std of the three percent accuracies); (mean, std) over 5 seeds.
@@ -238,18 +246,6 @@ SE_FACTOR = 2.0
 # arguments
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma list of integers; got {text!r}"
-        ) from None
-    if not vals or any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 0; got {text!r}")
-    return list(dict.fromkeys(vals))
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/fedfv_fmnist_style"))
@@ -276,7 +272,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
-    args.seeds = _ints(args.seeds if args.seeds is not None else base["seeds"])
+    args.seeds = int_list(args.seeds if args.seeds is not None else base["seeds"])
     args.rounds = args.rounds if args.rounds is not None else base["rounds"]
     args.eval_every = args.eval_every if args.eval_every is not None else base["eval_every"]
     if args.rounds < 1 or args.epochs < 1 or args.eval_every < 1 or args.batch < 0:
@@ -290,7 +286,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.classes.strip().lower() == "auto":
         args.classes = None
     else:
-        cls = _ints(args.classes)
+        cls = int_list(args.classes)
         if len(cls) != NUM_CLIENTS or max(cls) > 9:
             ap.error(f"--classes needs three distinct digits 0-9 or 'auto'; got {args.classes!r}")
         args.classes = tuple(cls)
@@ -377,26 +373,6 @@ def _federate(
 # output helpers
 
 
-def _ms(vals: list[float]) -> tuple[float | None, float | None]:
-    if not vals:
-        return None, None
-    a = np.asarray(vals, dtype=np.float64)
-    return float(a.mean()), float(a.std())
-
-
-def _cell(mean: float | None, std: float | None, dec: int = 1, sign: bool = False) -> str:
-    if mean is None or std is None:
-        return "n/a"
-    fmt = f"{{:+.{dec}f}}" if sign else f"{{:.{dec}f}}"
-    return f"{fmt.format(mean)} ± {std:.{dec}f}"
-
-
-def _render(header: list[str], lines: list[list[str]]) -> list[str]:
-    widths = [max(len(c) for c in col) for col in zip(header, *lines, strict=True)]
-    fmt = "  ".join(["{:<" + str(widths[0]) + "}"] + [f"{{:>{w}}}" for w in widths[1:]])
-    return [fmt.format(*header), *(fmt.format(*ln) for ln in lines)]
-
-
 # ------------------------------------------------------------------------------------------------
 # tables and verdict
 
@@ -410,13 +386,13 @@ def _table(runs: list[dict[str, Any]], methods: list[str]) -> list[dict[str, Any
         done = [r for r in runs if r["method"] == key and r["ok"]]
         row: dict[str, Any] = {"method": key, "label": label[key], "runs": len(done)}
         for k in range(NUM_CLIENTS):
-            row[f"acc_{k + 1}_mean"], row[f"acc_{k + 1}_std"] = _ms(
+            row[f"acc_{k + 1}_mean"], row[f"acc_{k + 1}_std"] = mean_std(
                 [r[f"acc_{k + 1}"] for r in done]
             )
-            row[f"train_acc_{k + 1}_mean"], _ = _ms([r[f"train_acc_{k + 1}"] for r in done])
-            row[f"train_loss_{k + 1}_mean"], _ = _ms([r[f"train_loss_{k + 1}"] for r in done])
+            row[f"train_acc_{k + 1}_mean"], _ = mean_std([r[f"train_acc_{k + 1}"] for r in done])
+            row[f"train_loss_{k + 1}_mean"], _ = mean_std([r[f"train_loss_{k + 1}"] for r in done])
         for name in ("mean", "std", "variance", "min"):
-            row[f"{name}_mean"], row[f"{name}_std"] = _ms([r[name] for r in done])
+            row[f"{name}_mean"], row[f"{name}_std"] = mean_std([r[name] for r in done])
         diffs = [r["std"] - base[r["seed"]] for r in done if r["seed"] in base]
         if key != "fedavg" and len(diffs) >= 1:
             d = np.asarray(diffs)
@@ -434,13 +410,13 @@ def _text_tables(rows: list[dict[str, Any]], classes: tuple[int, ...], caption: 
     lines = []
     for r in rows:
         cells = [r["label"], str(r["runs"])]
-        cells += [_cell(r[f"acc_{k + 1}_mean"], r[f"acc_{k + 1}_std"]) for k in range(NUM_CLIENTS)]
-        cells += [_cell(r["mean_mean"], r["mean_std"]), _cell(r["std_mean"], r["std_std"])]
-        cells += [_cell(r["variance_mean"], r["variance_std"], 0)]
+        cells += [cell(r[f"acc_{k + 1}_mean"], r[f"acc_{k + 1}_std"]) for k in range(NUM_CLIENTS)]
+        cells += [cell(r["mean_mean"], r["mean_std"]), cell(r["std_mean"], r["std_std"])]
+        cells += [cell(r["variance_mean"], r["variance_std"], 0)]
         se = r["dstd_se"] if r["dstd_se"] is not None else 0.0
-        cells.append("-" if r["dstd_mean"] is None else _cell(r["dstd_mean"], se, sign=True))
+        cells.append("-" if r["dstd_mean"] is None else cell(r["dstd_mean"], se, sign=True))
         lines.append(cells)
-    out = [caption, *_render(head, lines)]
+    out = [caption, *render_columns(head, lines)]
     out += [
         "",
         "std / variance: population std (%) / variance (%², = std²) of the three clients' test "
@@ -460,22 +436,22 @@ def _text_tables(rows: list[dict[str, Any]], classes: tuple[int, ...], caption: 
             + ["n/a" if v is None else f"{v:.1f}" for v in vals]
             + ["n/a" if v is None else f"{v:.3f}" for v in losses]
         )
-    out += _render(head2, lines2)
+    out += render_columns(head2, lines2)
     out += ["", "The paper's Table 3 (Fashion-MNIST, 5 seeds; its 'Var.' column is the std):"]
     head3 = ["method", *PAPER_CLASSES, "Ave.", "'Var.' (std)"]
-    out += _render(head3, [[k] + [_cell(m, s, 2) for m, s in v] for k, v in PAPER_TABLE3.items()])
+    out += render_columns(
+        head3, [[k] + [cell(m, s, 2) for m, s in v] for k, v in PAPER_TABLE3.items()]
+    )
     out += ["", "Table 4 (α = 0, τ = 0, projection order): std of the client accuracies"]
     by_key = {r["method"]: r for r in rows}
     head4 = ["order", "ours", "paper Fashion-MNIST", "paper CIFAR-10"]
     lines4 = []
     for order, key in ORDER_KEYS.items():
         r = by_key.get(key)
-        ours = "n/a" if r is None else _cell(r["std_mean"], r["std_std"])
+        ours = "n/a" if r is None else cell(r["std_mean"], r["std_std"])
         paper = PAPER_TABLE4[order]
-        lines4.append(
-            [order, ours, _cell(*paper["Fashion-MNIST"], 2), _cell(*paper["CIFAR-10"], 2)]
-        )
-    out += _render(head4, lines4)
+        lines4.append([order, ours, cell(*paper["Fashion-MNIST"], 2), cell(*paper["CIFAR-10"], 2)])
+    out += render_columns(head4, lines4)
     return "\n".join(out)
 
 

@@ -82,7 +82,7 @@ from fairagg.simulate import simulate
 from models.logistic import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _output import CsvAppender  # noqa: E402
+from _output import CsvAppender, cell, int_list  # noqa: E402
 
 #: Table 9 of the q-FFL paper (Synthetic): q → metric → (mean, std).
 PAPER_TABLE9: dict[float, dict[str, tuple[float, float]]] = {
@@ -183,13 +183,6 @@ def _floats(text: str) -> list[float]:
     return sorted(set(vals))
 
 
-def _ints(text: str) -> list[int]:
-    vals = [int(t) for t in text.split(",") if t.strip()]
-    if not vals or any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 0; got {text!r}")
-    return list(dict.fromkeys(vals))
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/qffl_synthetic"))
@@ -211,7 +204,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
     args.qs = _floats(args.qs if args.qs is not None else base["qs"])
-    args.seeds = _ints(args.seeds if args.seeds is not None else base["seeds"])
+    args.seeds = int_list(args.seeds if args.seeds is not None else base["seeds"])
     args.rounds = args.rounds if args.rounds is not None else base["rounds"]
     args.devices = args.devices if args.devices is not None else base["devices"]
     if args.rounds < 1 or args.devices < 1:
@@ -253,22 +246,16 @@ def _table(runs: list[dict[str, Any]], qs: list[float]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(mean: float | None, std: float | None, dec: int) -> str:
-    if mean is None or std is None:
-        return "n/a"
-    return f"{mean:.{dec}f} ± {std:.{dec}f}"
-
-
 def _render(rows: list[dict[str, Any]], caption: str) -> str:
     header = ["q", "n"] + [h for _, h, _ in COLUMNS]
     lines = [
         [_fmt_q(r["q"]), str(r["runs"])]
-        + [_cell(r[f"{k}_mean"], r[f"{k}_std"], d) for k, _, d in COLUMNS]
+        + [cell(r[f"{k}_mean"], r[f"{k}_std"], d) for k, _, d in COLUMNS]
         for r in rows
     ]
     paper = [
         [_fmt_q(q), "5"]
-        + [_cell(*PAPER_TABLE9[q][k], d) if k in PAPER_TABLE9[q] else "-" for k, _, d in COLUMNS]
+        + [cell(*PAPER_TABLE9[q][k], d) if k in PAPER_TABLE9[q] else "-" for k, _, d in COLUMNS]
         for q in sorted(PAPER_TABLE9)
         if any(q == r["q"] for r in rows)
     ]
