@@ -52,6 +52,7 @@ __all__ = [
     "INLINE_MAX",
     "SCHEMA_VERSION",
     "Formula",
+    "case_inputs",
     "check_vectors",
     "generate",
     "load_case",
@@ -493,6 +494,23 @@ def _pareto_case(rng: np.random.Generator, kind: str) -> CaseInputs:
     return f"K = {K} gradients in R⁴", {"grads": g}, {}
 
 
+def _aaggff_aggregate_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
+    def case(K: int, sel: list[int], what: str, p: Any = None, zero: bool = False) -> CaseInputs:
+        d = 5
+        P = rng.dirichlet(np.ones(K)) if p is None else np.asarray(p, float)
+        D = np.zeros((len(sel), d)) if zero else rng.standard_normal((len(sel), d)) * 0.1
+        inputs = {"params": rng.standard_normal(d), "deltas": D, "p": P, "selected": np.array(sel)}
+        return what, inputs, {"server_lr": 1.0}
+
+    return {
+        "small": case(6, [4, 1, 5], "3 of 6 clients, in arrival order"),
+        "all_selected": case(4, [0, 1, 2, 3], "every client selected: q = p"),
+        "single_client": case(5, [2], "1 of 5: q = [1]"),
+        "ties": case(5, [0, 3], "uniform p", p=np.full(5, 0.2)),
+        "zero_updates": case(6, [0, 2, 3], "every δ_i = 0", zero=True),
+    }
+
+
 def _propfair_scale_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
     def case(f: float, huber: bool, what: str) -> CaseInputs:
         return what, {"f": f, "m": 5.0, "epsilon": 0.2, "huber": huber}, {}
@@ -724,6 +742,13 @@ FORMULAS: dict[str, Formula] = {
             rel=1e-10,
         ),
         Formula(
+            "aaggff_aggregate",
+            _mod("rules.aaggff.aaggff_aggregate"),
+            "AAgFF's aggregation: q_i = p_i / Σ_{j∈S} p_j, θ − η_s Σ_{i∈S} q_i δ_i (SPEC §5)",
+            ("params", "deltas", "p", "selected"),
+            _aaggff_aggregate_cases,
+        ),
+        Formula(
             "dr_gradient",
             _mod("online.dr_gradient"),
             "AAgFF-D's first-order gradient estimate of −log(1 + ⟨p, r⟩) (SPEC §5)",
@@ -882,6 +907,17 @@ def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, J
                 tol[k] = t
         return out, tol
     return out, {k: _tolerance(v, rel) for k, v in out.items()}
+
+
+def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, CaseInputs]:
+    """The cases of one rule (``kind="rule"``) or formula, as {case: (description, inputs,
+    params)}: the inputs :func:`generate` writes for ``seed``, without the expectations."""
+    rng = _seed_for(seed, kind, name)
+    if kind == "rule":
+        return _rule_cases(name, rng)
+    if kind == "formula":
+        return FORMULAS[name].cases(rng)
+    raise ValueError(f"kind must be 'rule' or 'formula'; got {kind!r}")
 
 
 def generate(seed: int = DEFAULT_SEED) -> list[Json]:

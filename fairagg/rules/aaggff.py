@@ -23,11 +23,11 @@ p¹ is uniform. ``info`` reports the full decision ``p`` (K,), the aggregation w
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import check_choice, check_real
+from .._checks import as_float_array, as_int_array, check_choice, check_real
 from ..kernels import check_backend
 from ..online import (
     RESPONSE_CDFS,
@@ -43,7 +43,68 @@ from ..simplex import QPFactor, log_normalize
 from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
 from .fedavg import apply_weighted_update, as_params
 
-__all__ = ["AAgFFDState", "AAgFFSState", "aaggff_d", "aaggff_s", "client_indices"]
+__all__ = [
+    "AAgFFDState",
+    "AAgFFSState",
+    "AAgFFUpdate",
+    "aaggff_aggregate",
+    "aaggff_d",
+    "aaggff_s",
+    "client_indices",
+]
+
+
+class AAgFFUpdate(NamedTuple):
+    """AAgFF's aggregation: ``params`` θ^{t+1} and ``weights`` q (m,) over the selected clients."""
+
+    params: np.ndarray
+    weights: np.ndarray
+
+
+def aaggff_aggregate(
+    params: Any,
+    deltas: Any,
+    p: Any,
+    selected: Any,
+    server_lr: float = 1.0,
+    *,
+    backend: str = "numpy",
+) -> AAgFFUpdate:
+    """AAgFF's aggregation with the decision p over all K clients (SPEC §5):
+    q_i = p_i / Σ_{j∈S} p_j for i ∈ S, θ^{t+1} = θ^t − η_s Σ_{i∈S} q_i δ_i.
+
+    Parameters
+    ----------
+    params : array_like, shape (d,)
+        θ^t.
+    deltas : array_like, shape (m, d)
+        δ_i of the selected clients, in the order of ``selected``.
+    p : array_like, shape (K,)
+        The decision, non-negative with a positive sum over ``selected`` (it need not sum to 1:
+        only its restriction to S matters).
+    selected : array_like of int, shape (m,)
+        Distinct client indices in [0, K).
+    server_lr : float
+        η_s ≥ 0.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the weighted update.
+    """
+    P = as_float_array(p, "p", ndim=1, min_size=1)
+    if P.min() < 0:
+        raise ValueError("p must be non-negative")
+    ids = as_int_array(selected, "selected", ndim=1)
+    if ids.size == 0:
+        raise ValueError("selected must name at least one client")
+    if ids.min() < 0 or ids.max() >= P.size:
+        raise ValueError(f"selected must lie in [0, {P.size}); got {ids.min()}..{ids.max()}")
+    if np.unique(ids).size != ids.size:
+        raise ValueError("selected must be distinct")
+    eta_s = check_real(server_lr, "server_lr", low=0.0)
+    total = float(P[ids].sum())
+    if not total > 0:
+        raise ValueError("p must have a positive sum over the selected clients")
+    q = P[ids] / total
+    return AAgFFUpdate(apply_weighted_update(params, deltas, eta_s * q, backend=backend), q)
 
 
 class AAgFFSState(NamedTuple):
@@ -146,9 +207,7 @@ def aaggff_s(
         g = -r / z
         ftrl, qp, factor = quadratic_ftrl_round(state.ftrl, g, p_t, a, bt, variant, state.factor)
         p_new = qp.x
-        q = p_new[ids]  # Σ over all K clients is 1
-        q = q / q.sum()
-        out = apply_weighted_update(theta, reports.deltas, eta_s * q, backend=backend)
+        out, q = aaggff_aggregate(theta, reports.deltas, p_new, ids, eta_s, backend=backend)
         info = {
             "weights": q,
             "p": p_new,

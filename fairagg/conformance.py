@@ -1,0 +1,1434 @@
+"""Conformance harness: check your own implementation of a rule or formula against fairagg.
+
+:func:`check` calls your function on fairagg's golden inputs (:mod:`fairagg.vectors`: small,
+medium and degenerate cases, and the rules' variants) and on hypothesis-generated ones, compares
+what it returns with what fairagg computes, and reports the first case that differs, minimised,
+with the quantity that differs and, where it can tell, why::
+
+    from fairagg.conformance import check
+
+    def my_qfedavg(params, deltas, losses, q, lr):   # your code, any argument order
+        ...
+        return new_params
+
+    check(my_qfedavg, "qfedavg_step")   # raises ConformanceError with the minimised case
+
+**Targets.** Any registered rule (:data:`fairagg.RULES`: ``"fedavg"``, ``"qfedavg"``, ...) or
+formula function (:data:`fairagg.vectors.FORMULAS`: ``"qfedavg_step"``, ``"project_simplex"``,
+...); :func:`targets` lists them and :func:`describe` says what a target passes and expects.
+
+**Calling convention.** Your function is called with keyword arguments named as fairagg names
+its inputs (a formula's arguments, e.g. ``params``, ``deltas``, ``losses``, and every parameter
+fairagg uses, defaults included, e.g. ``q``, ``lr``, ``epsilon``), restricted to the names your
+function's signature takes (all of them if it takes ``**kwargs``). A rule's function is called
+once per round with ``params`` (θ^t, your own previous output), the round's report fields
+(``deltas`` or ``gradients``, ``num_samples``, ``losses``, ``accuracies``, ``participations``,
+``client_ids``, ``lr``, ``round_index``), ``num_clients`` and the rule's hyper-parameters; it
+returns θ^{t+1}. A rule that keeps state across rounds is checked with
+``Adapter(stateful=True)``: your function is then a factory, called once per case with
+``params`` (θ⁰), ``num_clients`` and the hyper-parameters, returning the per-round function.
+:class:`Adapter` renames arguments, fixes extra ones, names the items of a returned tuple, or
+takes over the call entirely.
+
+**Outputs and terms.** Return an array (the target's main output: θ^{t+1} for a rule, a
+formula's first output) or a dict. A dict may also hold intermediate terms of the formula (for
+q-FedAvg ``Delta_w``, ``F_tilde``, ``Delta``, ``h``, ...; :func:`describe` lists them): they are
+compared first, in the order the formula computes them, so the report names the first term that
+differs. When only the output differs, the harness tries the mistakes it knows for that target
+(a norm not squared, ε left out, weights not renormalised over the selected clients, the
+off-by-one simplex projection, ...) and names the one your output matches.
+
+**Tolerance.** A quantity agrees when |got − want| ≤ atol·max(1, max|want|) + rtol·|want|
+entrywise (integers and booleans exactly). The defaults, 1e-9 both, leave room for another
+summation order or a QP solver's last digits while any difference of formula shows far above it;
+a float32 implementation needs about 1e-5.
+
+**Minimisation.** A failing hypothesis example is shrunk by hypothesis (fewer clients, fewer
+coordinates, simpler numbers); a failing golden case is shrunk greedily (clients, coordinates
+and rounds dropped while the difference remains). Examples are derandomized by default, so a
+run is reproducible.
+
+The pytest fixture ``fairagg_conformance`` (:mod:`fairagg.pytest_plugin`, registered when fairagg
+is installed) does the same and fails the test with the report. hypothesis is needed for the
+generated inputs (``pip install 'fairagg[conformance]'``); ``hypothesis=False`` checks the golden
+inputs alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import RULES, make_rule
+from .vectors import FORMULAS, _compute, case_inputs
+
+__all__ = [
+    "DEFAULT_ATOL",
+    "DEFAULT_RTOL",
+    "Adapter",
+    "ConformanceError",
+    "ConformanceReport",
+    "Mismatch",
+    "check",
+    "describe",
+    "targets",
+]
+
+DEFAULT_RTOL = 1e-9
+DEFAULT_ATOL = 1e-9
+#: Upper bound on the evaluations spent shrinking a failing golden case.
+SHRINK_BUDGET = 400
+
+Json = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------ targets
+def targets() -> list[str]:
+    """Every name :func:`check` accepts: the registered rules, then the formula functions."""
+    return list(RULES) + list(FORMULAS)
+
+
+def _kind(target: Any) -> str:
+    if not isinstance(target, str):
+        raise TypeError(f"target must be a rule or formula name (str); got {type(target).__name__}")
+    if target in RULES:
+        return "rule"
+    if target in FORMULAS:
+        return "formula"
+    raise ValueError(
+        f"target must be a registered rule ({', '.join(RULES)}) or a formula "
+        f"({', '.join(FORMULAS)}); got {target!r}"
+    )
+
+
+def _formula_text(target: str) -> str:
+    return RULES[target].summary if target in RULES else FORMULAS[target].formula
+
+
+def _default_params(target: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter fairagg uses for a case: the function's defaults (formulas) or the built
+    rule's hyper-parameters (rules), updated with the case's own; ``backend`` left out."""
+    if _kind(target) == "rule":
+        hyper = dict(make_rule(target, **params).hyperparams)
+    else:
+        f = FORMULAS[target]
+        sig = inspect.signature(f.resolve())
+        hyper = {
+            k: p.default
+            for k, p in sig.parameters.items()
+            if k not in f.args and p.default is not inspect.Parameter.empty
+        }
+        hyper.update(params)
+    hyper.pop("backend", None)
+    return hyper
+
+
+# ----------------------------------------------------------- independent restatements (terms)
+# Each term function restates a formula in plain NumPy, term by term, with switches for the
+# mistakes the harness recognises. With every switch at its default it must equal fairagg's
+# implementation (the test suite checks it); the switched versions are the known mistakes.
+
+
+def _qffl_terms(
+    params: Any,
+    updates: Any,
+    losses: Any,
+    q: float,
+    lr: float,
+    epsilon: float,
+    *,
+    scale_by_L: bool,
+    static_step: bool = False,
+    square: bool = True,
+    with_eps: bool = True,
+    with_L: bool = True,
+) -> dict[str, Any]:
+    theta, U, F = np.asarray(params, float), np.asarray(updates, float), np.asarray(losses, float)
+    L = 1.0 / lr
+    Dw = L * U if (scale_by_L and with_L) else U.copy()
+    Ft = F + epsilon if with_eps else F.copy()
+    with np.errstate(all="ignore"):
+        Fq = np.ones_like(Ft) if q == 0 else Ft**q
+        Delta = Fq[:, None] * Dw
+        norm = np.einsum("ij,ij->i", Dw, Dw)
+        if not square:
+            norm = np.sqrt(norm)
+        if static_step:
+            h = np.full(F.size, L)
+        elif q == 0 and with_eps:
+            h = L * Fq
+        else:  # literally, as code without ε computes it (0 · 0^(−1) is NaN)
+            h = q * Ft ** (q - 1) * norm + L * Fq
+        hs = h.sum()
+        return {
+            "L": L,
+            "Delta_w": Dw,
+            "F_tilde": Ft,
+            "Delta": Delta,
+            "h": h,
+            "h_sum": hs,
+            "weights": Fq / hs,
+            "params": theta - Delta.sum(axis=0) / hs,
+        }
+
+
+def _project_terms(y: Any, total: float = 1.0, *, inclusive: bool = True) -> dict[str, Any]:
+    v = np.asarray(y, float)
+    u = np.sort(v)[::-1]
+    j = np.arange(1, u.size + 1)
+    css = np.cumsum(u) if inclusive else np.concatenate([[0.0], np.cumsum(u)[:-1]])
+    rho = int(np.nonzero(u + (total - css) / j > 0)[0][-1]) + 1
+    tau = (total - css[rho - 1]) / rho
+    return {"tau": tau, "out": np.maximum(v + tau, 0.0)}
+
+
+def _clip_terms(y: Any, total: float = 1.0) -> dict[str, Any]:
+    x = np.maximum(np.asarray(y, float), 0.0)
+    with np.errstate(all="ignore"):
+        return {"out": total * x / x.sum()}
+
+
+def _afl_terms(
+    params: Any,
+    grads: Any,
+    losses: Any,
+    mixture: Any,
+    lr: float,
+    lambda_lr: float,
+    *,
+    inclusive: bool = True,
+) -> dict[str, Any]:
+    lam = np.asarray(mixture, float)
+    g = lam @ np.asarray(grads, float)
+    proj = _project_terms(lam + lambda_lr * np.asarray(losses, float), inclusive=inclusive)
+    return {
+        "tau": proj["tau"],
+        "params": np.asarray(params, float) - lr * g,
+        "mixture": proj["out"],
+    }
+
+
+def _aaggff_terms(
+    params: Any,
+    deltas: Any,
+    p: Any,
+    selected: Any,
+    server_lr: float = 1.0,
+    *,
+    renormalise: bool = True,
+) -> dict[str, Any]:
+    ps = np.asarray(p, float)[np.asarray(selected)]
+    q = ps / ps.sum() if renormalise else ps
+    return {"weights": q, "params": np.asarray(params, float) - server_lr * q @ np.asarray(deltas)}
+
+
+def _fedmgda_terms(
+    deltas: Any,
+    num_samples: Any,
+    epsilon: float,
+    server_lr: float = 1.0,
+    *,
+    normalise: bool = True,
+    box: bool = True,
+) -> dict[str, Any]:
+    from .simplex import min_norm_weights
+
+    D = np.asarray(deltas, float)
+    n = np.asarray(num_samples, float)
+    lam0 = n / n.sum()
+    norms = np.linalg.norm(D, axis=1)
+    inv = np.divide(1.0, norms, out=np.zeros(D.shape[0]), where=norms > 0)
+    g = D * inv[:, None] if normalise else D.copy()
+    eps = epsilon if box else 1.0
+    lo, hi = np.maximum(0.0, lam0 - eps), np.minimum(1.0, lam0 + eps)
+    G = g @ g.T
+    lam = lam0.copy() if eps == 0 else min_norm_weights(G, lower=lo, upper=hi).x
+    return {
+        "lambda0": lam0,
+        "g_hat": g,
+        "mixture": lam,
+        "weights": server_lr * lam * (inv if normalise else np.ones_like(inv)),
+        "min_norm": float(np.sqrt(max(float(lam @ G @ lam), 0.0))),
+    }
+
+
+def _fedavg_terms(num_samples: Any, *, uniform: bool = False) -> dict[str, Any]:
+    n = np.asarray(num_samples, float)
+    return {"out": np.full(n.size, 1.0 / n.size) if uniform else n / n.sum()}
+
+
+@dataclass(frozen=True)
+class _Mutant:
+    term: str
+    message: str
+    switches: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """How a formula's terms are computed (``run(inputs, params, **switches)``), what each term
+    is, and the known mistakes as switch settings."""
+
+    run: Callable[..., dict[str, Any]]
+    texts: Mapping[str, str]
+    mutants: tuple[_Mutant, ...] = ()
+
+
+_Q_TEXTS = {
+    "L": "L = 1/lr",
+    "Delta_w": "Δw_k = L δ_k (q-FedAvg) or the gradient g_k (q-FedSGD)",
+    "F_tilde": "F̃_k = F_k + ε (SPEC §2, ε = 1e-10)",
+    "Delta": "Δ_k = F̃_k^q Δw_k",
+    "h": "h_k = q F̃_k^{q−1} ‖Δw_k‖² + L F̃_k^q (q-FFL Alg. 1)",
+    "h_sum": "Σ_k h_k",
+    "weights": "F̃_k^q / Σ_j h_j, the weight on Δw_k",
+    "params": "θ^{t+1} = θ^t − Σ_k Δ_k / Σ_k h_k",
+}
+_Q_MUTANTS = (
+    _Mutant("h", "your norm is not squared (‖Δw_k‖ where h_k has ‖Δw_k‖²)", {"square": False}),
+    _Mutant("F_tilde", "ε is missing (F̃_k = F_k where SPEC §2 has F_k + ε)", {"with_eps": False}),
+)
+
+
+def _qfedavg_run(i: Json, p: Json, **sw: Any) -> dict[str, Any]:
+    return _qffl_terms(
+        i["params"], i["deltas"], i["losses"], p["q"], p["lr"], p["epsilon"], scale_by_L=True, **sw
+    )
+
+
+def _qfedsgd_run(i: Json, p: Json, **sw: Any) -> dict[str, Any]:
+    return _qffl_terms(
+        i["params"],
+        i["grads"],
+        i["losses"],
+        p["q"],
+        p["lr"],
+        p["epsilon"],
+        scale_by_L=False,
+        static_step=bool(p.get("static_step", False)),
+        **sw,
+    )
+
+
+_OFF_BY_ONE = _Mutant(
+    "tau",
+    "off-by-one simplex projection (the cumulative sum Σ_{i<j} where the sort-based projection "
+    "has Σ_{i≤j}, as in the public q-FFL code; SPEC §3)",
+    {"inclusive": False},
+)
+
+TERMS: dict[str, _Terms] = {
+    "qfedavg_step": _Terms(
+        _qfedavg_run,
+        _Q_TEXTS,
+        (
+            *_Q_MUTANTS,
+            _Mutant(
+                "Delta_w", "L = 1/lr is missing (Δw_k = δ_k where it is L δ_k)", {"with_L": False}
+            ),
+        ),
+    ),
+    "qfedsgd_step": _Terms(_qfedsgd_run, _Q_TEXTS, _Q_MUTANTS),
+    "project_simplex": _Terms(
+        lambda i, p, **sw: (_clip_terms if sw.pop("clip", False) else _project_terms)(
+            i["y"], p.get("total", 1.0), **sw
+        ),
+        {
+            "tau": "τ = (total − Σ_{i≤ρ} u_i)/ρ, u sorted descending (SPEC §3)",
+            "out": "x = max(y + τ, 0)",
+        },
+        (
+            _OFF_BY_ONE,
+            _Mutant(
+                "out", "clipped and rescaled (max(y, 0)/Σ) instead of projected", {"clip": True}
+            ),
+        ),
+    ),
+    "afl_step": _Terms(
+        lambda i, p, **sw: _afl_terms(
+            i["params"], i["grads"], i["losses"], i["mixture"], p["lr"], p["lambda_lr"], **sw
+        ),
+        {
+            "tau": "τ of the projection of λ + γ_λ F (SPEC §3)",
+            "params": "θ − γ_w Σ_k λ_k g_k",
+            "mixture": "λ ← Π_Δ(λ + γ_λ F)",
+        },
+        (_OFF_BY_ONE,),
+    ),
+    "aaggff_aggregate": _Terms(
+        lambda i, p, **sw: _aaggff_terms(
+            i["params"], i["deltas"], i["p"], i["selected"], p.get("server_lr", 1.0), **sw
+        ),
+        {
+            "weights": "q_i = p_i / Σ_{j∈S} p_j (SPEC §5)",
+            "params": "θ − η_s Σ_{i∈S} q_i δ_i",
+        },
+        (
+            _Mutant(
+                "weights",
+                "weights not renormalised over the selected clients (q_i = p_i where SPEC §5 "
+                "has p_i / Σ_{j∈S} p_j)",
+                {"renormalise": False},
+            ),
+        ),
+    ),
+    "fedmgda_weights": _Terms(
+        lambda i, p, **sw: _fedmgda_terms(
+            i["deltas"], i["num_samples"], p["epsilon"], p.get("server_lr", 1.0), **sw
+        ),
+        {
+            "lambda0": "λ0 = n_k / Σ_j n_j",
+            "g_hat": "ĝ_k = δ_k / ‖δ_k‖ (0 for a zero δ_k)",
+            "mixture": "λ* = argmin ‖Σ λ_k ĝ_k‖² over {λ ∈ Δ, |λ − λ0| ≤ ε} (SPEC §8)",
+            "weights": "a_k = η λ*_k / ‖δ_k‖",
+            "min_norm": "‖Σ λ*_k ĝ_k‖",
+        },
+        (
+            _Mutant(
+                "mixture",
+                "ε is missing: the box |λ − n/Σn| ≤ ε is not applied (plain MGDA)",
+                {"box": False},
+            ),
+            _Mutant(
+                "g_hat",
+                "the updates are not normalised (ĝ_k = δ_k where FedMGDA+ has δ_k/‖δ_k‖)",
+                {"normalise": False},
+            ),
+        ),
+    ),
+    "fedavg_weights": _Terms(
+        lambda i, p, **sw: _fedavg_terms(i["num_samples"], **sw),
+        {"out": "a_k = n_k / Σ_{j∈S} n_j (FairAvg eq. 4)"},
+        (_Mutant("out", "the weights ignore n_k (1/m each, FairAvg's)", {"uniform": True}),),
+    ),
+}
+
+
+def _round_formula(rule: str, theta: Any, r: Json, hyper: Json) -> tuple[str, Json, Json] | None:
+    """A stateless rule's round as a call of its formula (target, inputs, params), for terms and
+    known mistakes at the rule level; None when the rule has none."""
+    if rule in ("qfedavg", "qfedsgd"):
+        lr = r["lr"] if hyper.get("lipschitz") is None else 1.0 / hyper["lipschitz"]
+        key = "deltas" if rule == "qfedavg" else "gradients"
+        inputs = {"params": theta, "deltas" if rule == "qfedavg" else "grads": r[key]}
+        inputs["losses"] = r["losses"]
+        params = {"q": hyper["q"], "lr": lr, "epsilon": hyper["epsilon"]}
+        if rule == "qfedsgd":
+            params["static_step"] = hyper.get("static_step", False)
+        return ("qfedavg_step" if rule == "qfedavg" else "qfedsgd_step"), inputs, params
+    if rule == "fedmgda":
+        inputs = {"deltas": r["deltas"], "num_samples": r["num_samples"]}
+        return "fedmgda_weights", inputs, {k: hyper[k] for k in ("epsilon", "server_lr")}
+    if rule == "fedavg":
+        return "fedavg_weights", {"num_samples": r["num_samples"]}, {}
+    return None
+
+
+def _round_terms(rule: str, theta: Any, r: Json, hyper: Json, **sw: Any) -> dict[str, Any] | None:
+    """A stateless rule's terms for one round, named as the rule reports them."""
+    spec = _round_formula(rule, theta, r, hyper)
+    if spec is None:
+        return None
+    name, inputs, params = spec
+    out = dict(TERMS[name].run(inputs, params, **sw))
+    th = np.asarray(theta, float)
+    if rule == "qfedavg":
+        out["weights"] = out["weights"] / params["lr"]  # the rule reports the weight on δ_k
+    elif rule == "fedmgda":
+        out["params"] = th - out["weights"] @ np.asarray(r["deltas"], float)
+    elif rule == "fedavg":
+        out = {"weights": out["out"], "params": th - out["out"] @ np.asarray(r["deltas"], float)}
+    return out
+
+
+def _rule_terms_spec(rule: str) -> _Terms | None:
+    name = {
+        "qfedavg": "qfedavg_step",
+        "qfedsgd": "qfedsgd_step",
+        "fedmgda": "fedmgda_weights",
+        "fedavg": "fedavg_weights",
+    }.get(rule)
+    if name is None:
+        return None
+    t = TERMS[name]
+    texts = dict(t.texts)
+    if rule == "fedavg":
+        texts = {"weights": t.texts["out"], "params": "θ − Σ_k a_k δ_k"}
+        mutants = tuple(_Mutant("weights", m.message, m.switches) for m in t.mutants)
+        return _Terms(t.run, texts, mutants)
+    return _Terms(t.run, texts, t.mutants)
+
+
+def describe(target: str) -> str:
+    """What :func:`check` passes to a function checked against ``target`` and what it compares."""
+    kind = _kind(target)
+    lines = [f"{target} ({kind}): {_formula_text(target)}"]
+    if kind == "formula":
+        f = FORMULAS[target]
+        params = _default_params(target, next(iter(f.cases(np.random.default_rng(0)).values()))[2])
+        lines.append("inputs: " + ", ".join(f.args))
+        lines.append("parameters: " + (", ".join(params) or "none"))
+        terms = TERMS.get(target)
+    else:
+        spec = RULES[target]
+        key = "gradients" if make_rule(target).local.report == "gradients" else "deltas"
+        lines.append(
+            f"each round: params (θ^t), {key}, num_samples, losses, accuracies, participations, "
+            "client_ids, lr, round_index, num_clients"
+            + (" (every client every round)" if spec.full_participation else "")
+        )
+        lines.append("hyper-parameters: " + (", ".join(_default_params(target, {})) or "none"))
+        lines.append("returns θ^{t+1}; a dict may add the rule's info (e.g. weights)")
+        terms = _rule_terms_spec(target)
+    if terms is not None:
+        lines.append("terms a returned dict may hold:")
+        lines += [f"  {k}: {v}" for k, v in terms.texts.items()]
+        lines.append("recognised mistakes:")
+        lines += [f"  {m.term}: {m.message}" for m in terms.mutants]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ adapter
+@dataclass(frozen=True)
+class Adapter:
+    """How fairagg's inputs reach your function, and how its result comes back.
+
+    Attributes
+    ----------
+    rename : mapping
+        fairagg's name → your argument name (``{"deltas": "updates"}``); the same names are
+        read back from a returned dict.
+    fixed : mapping
+        Extra keyword arguments passed as they are on every call.
+    outputs : str or sequence of str, optional
+        fairagg's names for your result: one name for an array (default: the target's main
+        output), a sequence for a tuple's items.
+    call : callable, optional
+        ``call(fn, inputs)`` makes the call itself from the dict of fairagg's inputs (every one
+        of them, with fairagg's names) and returns the result.
+    stateful : bool
+        Rules only: your function is a factory called once per case (with ``params`` θ⁰,
+        ``num_clients`` and the hyper-parameters) that returns the per-round function.
+    """
+
+    rename: Mapping[str, str] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    outputs: str | Sequence[str] | None = None
+    call: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None
+    stateful: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("rename", "fixed"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise TypeError(f"Adapter.{name} must be a mapping")
+        if self.outputs is not None and not isinstance(self.outputs, str):
+            if not all(isinstance(o, str) for o in self.outputs):
+                raise TypeError("Adapter.outputs must be a name or a sequence of names")
+        if self.call is not None and not callable(self.call):
+            raise TypeError("Adapter.call must be callable")
+        if not isinstance(self.stateful, bool):
+            raise TypeError("Adapter.stateful must be a bool")
+
+
+def _fresh(value: Any) -> Any:
+    """A copy the user's function may modify without touching fairagg's inputs."""
+    return copy.deepcopy(value)
+
+
+def _invoke(fn: Callable[..., Any], kwargs: dict[str, Any], adapter: Adapter, target: str) -> Any:
+    kwargs = {k: _fresh(v) for k, v in kwargs.items()}
+    if adapter.call is not None:
+        return adapter.call(fn, kwargs)
+    named = {adapter.rename.get(k, k): v for k, v in kwargs.items()}
+    named.update(adapter.fixed)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: pass everything
+        return fn(**named)
+    ps = sig.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values()):
+        return fn(**named)
+    missing = [
+        k
+        for k, p in ps.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and k not in named
+    ]
+    if missing:
+        raise _UsageError(
+            TypeError(
+                f"your function's argument{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(repr, missing))} {'are' if len(missing) > 1 else 'is'} not "
+                f"among what the harness passes for {target!r}: {', '.join(sorted(named))}. "
+                "Map names with Adapter(rename={fairagg_name: your_name}) or give a default"
+            )
+        )
+    return fn(**{k: v for k, v in named.items() if k in ps})
+
+
+class _UsageError(Exception):
+    """A mistake in how check() is called (not a difference of formula): re-raised as is."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _named(
+    result: Any, outputs: Sequence[str], known: Sequence[str], adapter: Adapter, target: str
+) -> Json:
+    """Your result as {fairagg name: value}: an array is the first of fairagg's ``outputs``, a
+    tuple as long as ``outputs`` is read in their order."""
+    primary = outputs[0]
+    back = {v: k for k, v in adapter.rename.items()}
+    if result is None:
+        raise _UsageError(TypeError(f"your function returned None for {target!r}"))
+    if isinstance(adapter.outputs, str):
+        out = {adapter.outputs: result}
+    elif adapter.outputs is not None:
+        items = tuple(result) if isinstance(result, (tuple, list)) else None
+        if items is None or len(items) != len(adapter.outputs):
+            raise _UsageError(
+                ValueError(
+                    f"Adapter.outputs names {len(adapter.outputs)} items; your function "
+                    f"returned {type(result).__name__}"
+                    + (f" of {len(items)}" if items is not None else "")
+                )
+            )
+        out = dict(zip(adapter.outputs, items, strict=True))
+    elif isinstance(result, Mapping):
+        out = {back.get(k, k): v for k, v in result.items()}
+    elif hasattr(result, "_fields"):
+        out = {back.get(k, k): getattr(result, k) for k in result._fields}
+    elif isinstance(result, tuple) and len(result) == len(outputs):
+        out = dict(zip(outputs, result, strict=True))
+    elif isinstance(result, tuple):
+        raise _UsageError(
+            TypeError(
+                f"your function returned a tuple of {len(result)} for {target!r}; name its items "
+                f"with Adapter(outputs=(...)) from: {', '.join(known)}"
+            )
+        )
+    else:
+        out = {primary: result}
+    unknown = sorted(set(out) - set(known))
+    if unknown and (isinstance(result, Mapping) or adapter.outputs is not None):
+        raise _UsageError(
+            ValueError(
+                f"your function returned {', '.join(map(repr, unknown))}, which {target!r} does "
+                f"not have; it has: {', '.join(known)}"
+            )
+        )
+    return {k: v for k, v in out.items() if k in known}
+
+
+# --------------------------------------------------------------------------------- comparison
+@dataclass(frozen=True)
+class Mismatch:
+    """The first difference found, on the minimised case.
+
+    Attributes
+    ----------
+    target : str
+    source : str
+        ``"golden"`` or ``"hypothesis"``.
+    case : str
+        Which case: ``"golden case rules/qfedavg/extreme_losses"`` (with ``", shrunk"`` when
+        clients, coordinates or rounds were dropped) or ``"a generated case (hypothesis,
+        minimised)"``.
+    quantity : str
+        The first quantity that differs (a term, or an output such as ``params``), or
+        ``"exception"`` when your function raised.
+    formula : str
+        What that quantity is.
+    round : int or None
+        The round of a rule case (0-based).
+    got, want : object
+        Your value and fairagg's.
+    detail : str
+        How they differ (largest difference and tolerance, shape, or the exception).
+    diagnosis : str or None
+        The recognised mistake your output matches, e.g. ``"h differs: your norm is not
+        squared ..."``.
+    inputs, params : dict
+        The case: fairagg's inputs and every parameter.
+    """
+
+    target: str
+    source: str
+    case: str
+    quantity: str
+    formula: str
+    round: int | None
+    got: Any
+    want: Any
+    detail: str
+    diagnosis: str | None
+    inputs: Json
+    params: Json
+
+    def __str__(self) -> str:
+        with np.printoptions(precision=17, floatmode="unique", threshold=60, linewidth=100):
+            where = f" in round {self.round}" if self.round is not None else ""
+            head = self.diagnosis or f"{self.quantity} differs"
+            lines = [
+                f"{self.target}: your implementation differs from fairagg on {self.case}{where}.",
+                f"  {head}",
+                f"  first differing quantity: {self.quantity}: {self.formula}",
+                f"  {self.detail}",
+                f"  yours:   {_show(self.got)}",
+                f"  fairagg: {_show(self.want)}",
+                "  case:",
+            ]
+            lines += [f"    {k} = {_show(v)}" for k, v in self.inputs.items() if k != "rounds"]
+            for t, r in enumerate(self.inputs.get("rounds", [])):
+                lines.append(f"    round {t}:")
+                lines += [f"      {k} = {_show(v)}" for k, v in r.items()]
+            if self.params:
+                lines.append(
+                    "  parameters: " + ", ".join(f"{k} = {v!r}" for k, v in self.params.items())
+                )
+        return "\n".join(lines)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return np.array2string(v, separator=", ").replace("\n", "\n" + " " * 12)
+    return repr(v)
+
+
+class ConformanceError(AssertionError):
+    """Raised by :func:`check` when your implementation differs; ``mismatch`` says where."""
+
+    def __init__(self, mismatch: Mismatch) -> None:
+        super().__init__(str(mismatch))
+        self.mismatch = mismatch
+
+
+@dataclass(frozen=True)
+class ConformanceReport:
+    """What :func:`check` ran: golden cases and generated examples compared, golden cases
+    skipped (fairagg rejects their inputs, or they conflict with ``params``), and the mismatch,
+    if any. ``bool(report)`` is True when everything agreed."""
+
+    target: str
+    golden: int
+    generated: int
+    skipped: int
+    mismatch: Mismatch | None
+
+    def __bool__(self) -> bool:
+        return self.mismatch is None
+
+    def __str__(self) -> str:
+        if self.mismatch is not None:
+            return str(self.mismatch)
+        return (
+            f"{self.target}: conforms on {self.golden} golden cases and {self.generated} "
+            f"generated examples ({self.skipped} golden cases skipped)"
+        )
+
+
+def _index(a: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The index of the largest entry of ``a``, as plain ints."""
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(a)), shape)) if shape else ()
+
+
+def _close(got: Any, want: Any, rtol: float, atol: float) -> str | None:
+    """None when ``got`` agrees with ``want``; else how it differs. Equal entries agree (an
+    infinity fairagg reports, and NaN where the other value is NaN too); otherwise an entry must
+    be finite and within tolerance."""
+    try:
+        g = np.asarray(got)
+        w = np.asarray(want)
+    except Exception as exc:  # noqa: BLE001 - the user's object may fail to convert in any way
+        return f"yours cannot be read as an array ({exc})"
+    if g.dtype.kind not in "biuf":
+        return f"yours is not numeric ({type(got).__name__})"
+    if g.shape != w.shape:
+        return f"shape {g.shape} where fairagg's is {w.shape}"
+    if w.dtype.kind in "biu":
+        return None if np.array_equal(g, w) else "the integers differ"
+    g, w = g.astype(np.float64), w.astype(np.float64)
+    if g.size == 0:
+        return None
+    finite_w = w[np.isfinite(w)]
+    scale = max(1.0, float(np.max(np.abs(finite_w)))) if finite_w.size else 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(g - w)
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        ok = same | (np.isfinite(g) & np.isfinite(w) & (err <= atol * scale + rtol * np.abs(w)))
+    if np.all(ok):
+        return None
+    bad = ~ok
+    idx = _index(bad, g.shape)
+    if not (np.isfinite(g[idx]) and np.isfinite(w[idx])):
+        return f"yours is {g[idx]} at index {idx} where fairagg's is {w[idx]}"
+    e = np.where(bad, err, 0.0)
+    idx = _index(e, g.shape)
+    return (
+        f"largest difference {float(e[idx]):.3g} at index {idx} (tolerance rtol = {rtol:g}, "
+        f"atol = {atol:g} × {scale:.3g})"
+    )
+
+
+@dataclass
+class _Diff:
+    quantity: str
+    formula: str
+    round: int | None
+    got: Any
+    want: Any
+    detail: str
+    yours: list[Json] = field(default_factory=list)  # your named outputs of each round so far
+
+
+def _first_diff(
+    got: Json, want: Json, order: Sequence[str], texts: Mapping[str, str], rnd: int | None, tol
+) -> _Diff | None:
+    for k in order:
+        if k in got and k in want:
+            why = _close(got[k], want[k], *tol)
+            if why is not None:
+                return _Diff(k, texts.get(k, ""), rnd, got[k], want[k], why)
+    return None
+
+
+def _agrees(got: Json, other: Json, tol) -> bool:
+    common = [k for k in got if k in other]
+    return bool(common) and all(_close(got[k], other[k], *tol) is None for k in common)
+
+
+# ---------------------------------------------------------------------------------- evaluation
+@dataclass(frozen=True)
+class _Case:
+    source: str
+    label: str
+    inputs: Json
+    params: Json  # the case's own parameters (hyper for rules); defaults are added at run time
+
+
+class _Checker:
+    """One target and one user function: runs a case and finds the first difference."""
+
+    def __init__(
+        self, fn: Callable[..., Any], target: str, adapter: Adapter, fixed: Json, tol: tuple
+    ) -> None:
+        self.fn, self.target, self.adapter, self.fixed, self.tol = fn, target, adapter, fixed, tol
+        self.kind = _kind(target)
+        self.terms = TERMS.get(target) if self.kind == "formula" else _rule_terms_spec(target)
+        self.texts = {k: _formula_text(target) for k in ("params", "out")}
+        if self.terms is not None:
+            self.texts.update(self.terms.texts)
+
+    def params_of(self, case: _Case) -> Json | None:
+        """Every parameter of the case, or None if the case conflicts with the fixed ones."""
+        own = dict(case.params)
+        for k, v in self.fixed.items():
+            if k in own and own[k] != v:
+                return None
+            own[k] = v
+        return _default_params(self.target, own)
+
+    def reference(self, case: _Case) -> Json | None:
+        """fairagg's outputs, or None when fairagg rejects the case."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                return _compute(self.kind, self.target, case.inputs, {**case.params, **self.fixed})
+        except (ValueError, TypeError, ArithmeticError, RuntimeWarning):
+            return None
+
+    def run(self, case: _Case) -> tuple[bool, Mismatch | None]:
+        """(fairagg accepted the case, the mismatch or None)."""
+        params = self.params_of(case)
+        want = None if params is None else self.reference(case)
+        if params is None or want is None:
+            return False, None
+        if self.kind == "formula":
+            diff = self._compare_formula(case, params, want)
+        else:
+            diff = self._compare_rule(case, params, want)
+        if diff is None:
+            return True, None
+        return True, Mismatch(
+            target=self.target,
+            source=case.source,
+            case=case.label,
+            quantity=diff.quantity,
+            formula=diff.formula,
+            round=diff.round,
+            got=diff.got,
+            want=diff.want,
+            detail=diff.detail,
+            diagnosis=self._diagnose(case, params, diff),
+            inputs=case.inputs,
+            params=params,
+        )
+
+    # calls --------------------------------------------------------------------------------
+    def _user(self, fn: Callable[..., Any], kwargs: Json) -> Any:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return _invoke(fn, kwargs, self.adapter, self.target)
+
+    def _known(self, outputs: Sequence[str]) -> list[str]:
+        return list(dict.fromkeys([*outputs, *(self.terms.texts if self.terms else ())]))
+
+    def _order(self, outputs: Sequence[str]) -> list[str]:
+        """Terms in the order the formula computes them, then the remaining outputs."""
+        terms = list(self.terms.texts) if self.terms else []
+        return [*terms, *[k for k in outputs if k not in terms]]
+
+    @staticmethod
+    def _raised(exc: BaseException, rnd: int | None) -> _Diff:
+        what = f"{type(exc).__name__}: {exc}"
+        return _Diff("exception", "", rnd, what, "a result", f"your function raised {what}")
+
+    def _compare_formula(self, case: _Case, params: Json, want: Json) -> _Diff | None:
+        outputs = list(want)
+        try:
+            result = self._user(self.fn, {**case.inputs, **params})
+        except _UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a finding
+            return self._raised(exc, None)
+        got = _named(result, outputs, self._known(outputs), self.adapter, self.target)
+        full = dict(want)
+        if self.terms is not None and set(got) - set(want):
+            with np.errstate(all="ignore"):
+                extra = self.terms.run(case.inputs, params)
+            full.update({k: v for k, v in extra.items() if k not in full})
+        diff = _first_diff(got, full, self._order(outputs), self.texts, None, self.tol)
+        if diff is not None:
+            diff.yours = [got]
+        return diff
+
+    def _compare_rule(self, case: _Case, params: Json, want: Json) -> _Diff | None:
+        K = int(case.inputs["num_clients"])
+        theta = np.asarray(case.inputs["params0"], dtype=np.float64)
+        yours: list[Json] = []
+        try:
+            step = self.fn
+            if self.adapter.stateful:
+                step = self._user(self.fn, {"params": theta, "num_clients": K, **params})
+        except _UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return self._raised(exc, 0)
+        if not callable(step):
+            raise _UsageError(
+                TypeError(
+                    "with Adapter(stateful=True) your function must return the per-round "
+                    f"function; it returned {type(step).__name__}"
+                )
+            )
+        for t, (r, w) in enumerate(zip(case.inputs["rounds"], want["rounds"], strict=True)):
+            fields = {k: v for k, v in r.items() if v is not None}
+            # a hyper-parameter named like a report field (AFL's lr) replaces it when set
+            hyper = {k: v for k, v in params.items() if not (k in fields and v is None)}
+            try:
+                result = self._user(step, {"params": theta, **fields, "num_clients": K, **hyper})
+            except _UsageError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                return self._raised(exc, t)
+            outputs = list(w)
+            got = _named(result, outputs, self._known(outputs), self.adapter, self.target)
+            if "params" not in got:
+                raise _UsageError(ValueError("a rule's function must return params, θ^{t+1}"))
+            yours.append(got)
+            full = dict(w)
+            if self.terms is not None and set(got) - set(w):
+                with np.errstate(all="ignore"):
+                    extra = _round_terms(self.target, theta, r, params) or {}
+                full.update({k: v for k, v in extra.items() if k not in full})
+            diff = _first_diff(got, full, self._order(outputs), self.texts, t, self.tol)
+            if diff is not None:
+                diff.yours = yours
+                return diff
+            theta = np.asarray(got["params"], dtype=np.float64)
+        return None
+
+    # diagnosis ----------------------------------------------------------------------------
+    def _diagnose(self, case: _Case, params: Json, diff: _Diff) -> str | None:
+        """The known mistake whose results agree with yours on every round so far."""
+        if self.terms is None or not diff.yours:
+            return None
+        for m in self.terms.mutants:
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    if self.kind == "formula":
+                        match = _agrees(
+                            diff.yours[0],
+                            self.terms.run(case.inputs, params, **m.switches),
+                            self.tol,
+                        )
+                    else:
+                        match = self._rule_mutant_agrees(case, params, diff.yours, m)
+            except Exception:  # noqa: BLE001 - a mistake that cannot run on this case
+                match = False
+            if match:
+                return f"{m.term} differs: {m.message}"
+        return None
+
+    def _rule_mutant_agrees(self, case: _Case, params: Json, yours: list[Json], m: _Mutant) -> bool:
+        theta = np.asarray(case.inputs["params0"], dtype=np.float64)
+        for r, got in zip(case.inputs["rounds"], yours, strict=False):
+            mut = _round_terms(self.target, theta, r, params, **m.switches)
+            if mut is None or not _agrees(got, mut, self.tol):
+                return False
+            theta = mut["params"]
+        return True
+
+
+# ----------------------------------------------------------------------------------- shrinking
+_M_AXIS = {
+    "losses", "num_samples", "weights", "mixture", "p", "prior", "accuracies", "participations",
+    "y", "b", "r", "r_check", "grad_sum", "selected", "responses",
+}  # fmt: skip
+_MM_AXIS = {"gram", "A"}
+_MD_AXIS = {"deltas", "grads", "gradients"}
+_D_AXIS = {"params", "average", "momentum", "params0"}
+
+
+def _drop(a: Any, i: int, axes: tuple[int, ...]) -> Any:
+    for ax in axes:
+        a = np.delete(a, i, axis=ax)
+    return a
+
+
+def _formula_smaller(case: _Case) -> Iterable[_Case]:
+    """Each case with one client (m axis) or one coordinate (d axis) fewer."""
+    inp, par = case.inputs, case.params
+    cuts = _M_AXIS | _MD_AXIS | _MM_AXIS
+    if "p" in inp and "selected" in inp:  # p is over all K clients; the m axis is S
+        cuts = cuts - {"p"}
+    sizes = {np.asarray(v).shape[0] for k, v in {**inp, **par}.items() if k in cuts}
+    if len(sizes) == 1 and (m := sizes.pop()) > 1:
+
+        def cut(d: Json, i: int) -> Json:
+            return {
+                k: _drop(v, i, (0, 1) if k in _MM_AXIS else (0,))
+                if k in cuts and isinstance(v, np.ndarray)
+                else v
+                for k, v in d.items()
+            }
+
+        for i in range(m):
+            yield _Case(case.source, case.label, cut(inp, i), cut(par, i))
+    dsizes = {np.asarray(v).shape[-1] for k, v in inp.items() if k in _MD_AXIS | _D_AXIS}
+    if len(dsizes) == 1 and (d := dsizes.pop()) > 1:
+        for j in range(d):
+            yield _Case(
+                case.source,
+                case.label,
+                {
+                    k: _drop(v, j, (v.ndim - 1,)) if k in _MD_AXIS | _D_AXIS else v
+                    for k, v in inp.items()
+                },
+                par,
+            )
+
+
+def _rule_smaller(case: _Case) -> Iterable[_Case]:
+    """Each case with one round, one client or one coordinate fewer."""
+    inp = case.inputs
+    rounds = inp["rounds"]
+    K = int(inp["num_clients"])
+    for t in range(len(rounds) - 1, -1, -1):
+        if len(rounds) > 1:
+            yield _Case(
+                case.source,
+                case.label,
+                {**inp, "rounds": rounds[:t] + rounds[t + 1 :]},
+                case.params,
+            )
+    if K > 1:
+        for k in range(K):
+            new = []
+            for r in rounds:
+                ids = np.asarray(r["client_ids"])
+                keep = ids != k
+                if not keep.any():
+                    break
+                nr = {
+                    f: (np.asarray(v)[keep] if isinstance(v, np.ndarray) and v.ndim >= 1 else v)
+                    for f, v in r.items()
+                }
+                nr["client_ids"] = np.where(ids[keep] > k, ids[keep] - 1, ids[keep])
+                new.append(nr)
+            else:
+                yield _Case(
+                    case.source,
+                    case.label,
+                    {**inp, "num_clients": K - 1, "rounds": new},
+                    case.params,
+                )
+    d = np.asarray(inp["params0"]).size
+    if d > 1:
+        for j in range(d):
+            new = [
+                {
+                    f: (np.delete(v, j, axis=1) if f in _MD_AXIS and v is not None else v)
+                    for f, v in r.items()
+                }
+                for r in rounds
+            ]
+            yield _Case(
+                case.source,
+                case.label,
+                {**inp, "params0": np.delete(inp["params0"], j), "rounds": new},
+                case.params,
+            )
+
+
+def _shrink(checker: _Checker, case: _Case, found: Mismatch) -> Mismatch:
+    """Greedily drop rounds, clients and coordinates while your function still differs."""
+    smaller = _rule_smaller if checker.kind == "rule" else _formula_smaller
+    budget = SHRINK_BUDGET
+    progress = True
+    shrunk = False
+    while progress and budget > 0:
+        progress = False
+        for cand in smaller(case):
+            budget -= 1
+            if budget < 0:
+                break
+            ok, mm = checker.run(cand)
+            if ok and mm is not None:
+                case, found, progress, shrunk = cand, mm, True, True
+                break
+    if not shrunk:
+        return found
+    label = f"{found.case}, shrunk"
+    return Mismatch(**{**found.__dict__, "case": label})
+
+
+# ---------------------------------------------------------------------------- generated inputs
+def _strategy(target: str, fixed: Json) -> Any:
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    def floats(lo: float, hi: float) -> Any:
+        return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+
+    def arr(shape: tuple[int, ...], lo: float, hi: float) -> Any:
+        return hnp.arrays(np.float64, shape, elements=floats(lo, hi))
+
+    def ints(shape: tuple[int, ...], lo: int, hi: int) -> Any:
+        return hnp.arrays(np.int64, shape, elements=st.integers(lo, hi))
+
+    def simplex(n: int) -> Any:
+        return arr((n,), 0.01, 1.0).map(lambda a: a / a.sum())
+
+    if _kind(target) == "rule":
+        return _rule_strategy(target, fixed, st, arr, ints, floats)
+
+    f = FORMULAS[target]
+    template_inputs, template_params = next(iter(f.cases(np.random.default_rng(0)).values()))[1:]
+    scalars = {
+        "q": floats(0.0, 5.0),
+        "lr": floats(0.01, 1.0),
+        "tilt": floats(-2.0, 2.0),
+        "normaliser": floats(0.1, 5.0),
+        "lambda_lr": floats(0.001, 1.0),
+        "alpha": floats(0.0, 1.0),
+        "eta": floats(0.1, 5.0),
+        "rounds": st.integers(1, 50),
+        "lipschitz": floats(0.1, 5.0),
+        "r_bar": floats(0.0, 1.0),
+        "total": floats(0.1, 5.0),
+        "gamma": floats(0.0, 0.99),
+        "eta_s": floats(0.0, 2.0),
+        "server_lr": floats(0.0, 2.0),
+        "scale": floats(0.01, 2.0),
+        "num_clients": st.integers(1, 50),
+    }
+    if target == "fedmgda_weights":
+        scalars["epsilon"] = floats(0.0, 1.2)
+
+    @st.composite
+    def build(draw: Any) -> _Case:
+        m = draw(st.integers(1, 5))
+        d = draw(st.integers(1, 4))
+        K = m + draw(st.integers(0, 3))
+        arrays = {
+            "params": lambda: arr((d,), -4, 4),
+            "average": lambda: arr((d,), -4, 4),
+            "momentum": lambda: arr((d,), -4, 4),
+            "deltas": lambda: arr((m, d), -4, 4),
+            "grads": lambda: arr((m, d), -4, 4),
+            "losses": lambda: arr((m,), 0.0, 20.0),
+            "num_samples": lambda: ints((m,), 1, 500),
+            "weights": lambda: arr((m,), -2, 2),
+            "mixture": lambda: simplex(m),
+            "p": lambda: simplex(K if "selected" in template_inputs else m),
+            "prior": lambda: simplex(m),
+            "accuracies": lambda: arr((m,), 0.0, 1.0),
+            "participations": lambda: ints((m,), 1, 20),
+            "y": lambda: arr((m,), -5, 5),
+            "b": lambda: arr((m,), -3, 3),
+            "r": lambda: arr((m,), -2, 2),
+            "r_check": lambda: arr((m,), -2, 2),
+            "grad_sum": lambda: arr((m,), -5, 5),
+            "responses": lambda: arr((m,), 0.0, 1.0),
+            "gram": lambda: arr((m, d), -3, 3).map(lambda v: v @ v.T),
+            "A": lambda: arr((m, m), -2, 2).map(lambda v: v @ v.T + 0.5 * np.eye(m)),
+            "selected": lambda: st.permutations(range(K)).map(lambda s: np.array(s[:m])),
+        }
+
+        def value(name: str, template: Any) -> Any:
+            if name in fixed:
+                return fixed[name]
+            if name in arrays and isinstance(template, np.ndarray):
+                return draw(arrays[name]())
+            if name in scalars and not isinstance(template, (bool, np.bool_, str)):
+                return draw(scalars[name])
+            if isinstance(template, (bool, np.bool_)):
+                return draw(st.booleans())
+            return template
+
+        inputs = {k: value(k, v) for k, v in template_inputs.items()}
+        params = {k: value(k, v) for k, v in template_params.items()}
+        if target == "dr_response":
+            params["num_clients"] = K
+        if target == "propfair_scale":
+            inputs["m"] = draw(floats(0.5, 20.0))
+            inputs["f"] = inputs["m"] * draw(floats(0.0, 0.999))
+            inputs["epsilon"] = draw(floats(0.01, 1.0))
+        if target == "eg_propfair_weights":
+            params["M"] = float(np.max(inputs["losses"])) + draw(floats(0.1, 10.0))
+        return _Case("hypothesis", _GENERATED, inputs, params)
+
+    return build()
+
+
+def _rule_strategy(target: str, fixed: Json, st: Any, arr: Any, ints: Any, floats: Any) -> Any:
+    spec = RULES[target]
+    gradients = make_rule(target).local.report == "gradients"
+    hyper_domains = {
+        "qfedavg": {"q": floats(0.0, 5.0)},
+        "qfedsgd": {"q": floats(0.0, 5.0)},
+        "term": {"tilt": floats(-2.0, 2.0)},
+        "term-eg": {"tilt": floats(-2.0, 2.0)},
+        "qffl-eg": {"q": floats(0.0, 5.0)},
+        "fedmgda": {"epsilon": floats(0.0, 1.2)},
+        "fedfv": {"alpha": floats(0.0, 1.0)},
+    }.get(target, {})
+
+    @st.composite
+    def build(draw: Any) -> _Case:
+        K = draw(st.integers(1, 5))
+        m = K if spec.full_participation else draw(st.integers(1, K))
+        d = draw(st.integers(1, 4))
+        T = draw(st.integers(1, 3))
+        lr = draw(floats(0.01, 1.0))
+        counts = np.zeros(K, dtype=np.int64)
+        rounds = []
+        for t in range(T):
+            ids = np.sort(np.array(draw(st.permutations(range(K)))[:m], dtype=np.int64))
+            counts[ids] += 1
+            r = {
+                "num_samples": draw(ints((m,), 1, 500)),
+                "losses": draw(arr((m,), 0.0, 9.0)),  # below PropFair's default M = 10
+                "accuracies": draw(arr((m,), 0.0, 1.0)),
+                "participations": counts[ids].copy(),
+                "client_ids": ids,
+                "lr": lr,
+                "round_index": t,
+            }
+            r["gradients" if gradients else "deltas"] = draw(arr((m, d), -2.0, 2.0))
+            rounds.append(r)
+        hyper = {k: draw(s) for k, s in hyper_domains.items() if k not in fixed}
+        inputs = {"params0": draw(arr((d,), -4.0, 4.0)), "num_clients": K, "rounds": rounds}
+        return _Case("hypothesis", _GENERATED, inputs, hyper)
+
+    return build()
+
+
+_GENERATED = "a generated case (hypothesis, minimised)"
+
+
+class _Found(Exception):  # noqa: N818 - a control-flow signal for hypothesis, not an error
+    def __init__(self, mismatch: Mismatch) -> None:
+        super().__init__(mismatch.quantity)
+        self.mismatch = mismatch
+
+
+# -------------------------------------------------------------------------------------- check
+def _golden_cases(target: str, names: Iterable[str] | None) -> list[_Case]:
+    kind = _kind(target)
+    cases = case_inputs(kind, target)
+    if names is not None:
+        wanted = list(names)
+        unknown = sorted(set(wanted) - set(cases))
+        if unknown:
+            raise ValueError(
+                f"golden: {target!r} has no case {', '.join(map(repr, unknown))}; it has "
+                f"{', '.join(cases)}"
+            )
+        cases = {k: cases[k] for k in wanted}
+    return [
+        _Case("golden", f"golden case {kind}s/{target}/{name}", inputs, params)
+        for name, (_, inputs, params) in cases.items()
+    ]
+
+
+def check(
+    fn: Callable[..., Any],
+    target: str,
+    *,
+    adapter: Adapter | None = None,
+    params: Mapping[str, Any] | None = None,
+    golden: bool | Iterable[str] = True,
+    hypothesis: bool = True,
+    max_examples: int = 100,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    derandomize: bool = True,
+    raise_on_mismatch: bool = True,
+) -> ConformanceReport:
+    """Check ``fn`` against fairagg's ``target`` on golden and generated inputs.
+
+    Parameters
+    ----------
+    fn : callable
+        Your implementation (see the module docstring for how it is called).
+    target : str
+        A registered rule or formula name (:func:`targets`).
+    adapter : Adapter, optional
+        Argument names, fixed arguments, output names, a custom call, or a stateful rule.
+    params : mapping, optional
+        Parameters fixed for every case (e.g. ``{"q": 2.0}``, or a rule's ``{"variant":
+        "official"}``): generated examples use them, and golden cases with another value are
+        skipped.
+    golden : bool or iterable of str
+        Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
+    hypothesis : bool
+        Check generated examples (needs hypothesis).
+    max_examples : int
+        Generated examples to run.
+    rtol, atol : float
+        Tolerance of a comparison (see the module docstring).
+    derandomize : bool
+        Generate the same examples on every run.
+    raise_on_mismatch : bool
+        Raise :class:`ConformanceError` on a difference (default); else return it in the report.
+
+    Returns
+    -------
+    ConformanceReport
+
+    Raises
+    ------
+    ConformanceError
+        Your implementation differs (an ``AssertionError``, so a test fails with the report).
+    TypeError, ValueError
+        Bad arguments, or a call that cannot work (an argument of yours the harness does not
+        have, a returned name the target does not have).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable; got {type(fn).__name__}")
+    kind = _kind(target)
+    if adapter is None:
+        adapter = Adapter()
+    elif not isinstance(adapter, Adapter):
+        raise TypeError(
+            f"adapter must be a fairagg.conformance.Adapter; got {type(adapter).__name__}"
+        )
+    if adapter.stateful and kind != "rule":
+        raise ValueError("Adapter(stateful=True) applies to rules only")
+    fixed = dict(params or {})
+    known = _default_params(target, {})
+    unknown = sorted(set(fixed) - set(known))
+    if unknown:
+        raise ValueError(
+            f"params: {target!r} has no parameter {', '.join(map(repr, unknown))}; it has "
+            f"{', '.join(known) or 'none'}"
+        )
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a non-negative number; got {value!r}")
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
+    if not golden and not hypothesis:
+        raise ValueError("nothing to check: golden and hypothesis are both off")
+    if isinstance(golden, str):
+        raise TypeError("golden must be a bool or an iterable of case names, not a str")
+    checker = _Checker(fn, target, adapter, fixed, (float(rtol), float(atol)))
+    names = None if isinstance(golden, bool) else list(golden)
+    n_golden = n_generated = skipped = 0
+    mismatch: Mismatch | None = None
+    try:
+        if golden:
+            for case in _golden_cases(target, names):
+                accepted, found = checker.run(case)
+                if not accepted:
+                    skipped += 1
+                    continue
+                n_golden += 1
+                if found is not None:
+                    mismatch = _shrink(checker, case, found)
+                    break
+        if mismatch is None and hypothesis:
+            n_generated, mismatch = _run_hypothesis(
+                checker, target, fixed, max_examples, derandomize
+            )
+    except _UsageError as exc:
+        raise exc.exc from None
+    report = ConformanceReport(target, n_golden, n_generated, skipped, mismatch)
+    if mismatch is not None and raise_on_mismatch:
+        raise ConformanceError(mismatch)
+    return report
+
+
+def _run_hypothesis(
+    checker: _Checker, target: str, fixed: Json, max_examples: int, derandomize: bool
+) -> tuple[int, Mismatch | None]:
+    try:
+        import hypothesis
+        from hypothesis import HealthCheck, settings
+    except ImportError as exc:  # pragma: no cover - the test extra installs hypothesis
+        raise ImportError(
+            "generated inputs need hypothesis: pip install 'fairagg[conformance]', or pass "
+            "hypothesis=False to check the golden inputs alone"
+        ) from exc
+    count = [0]
+
+    @settings(
+        max_examples=max_examples,
+        database=None,
+        derandomize=derandomize,
+        deadline=None,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.given(_strategy(target, fixed))
+    def run(case: _Case) -> None:
+        accepted, found = checker.run(case)
+        hypothesis.assume(accepted)
+        count[0] += 1
+        if found is not None:
+            raise _Found(found)
+
+    try:
+        run()
+    except _Found as exc:
+        return count[0], exc.mismatch
+    except hypothesis.errors.Flaky as exc:
+        raise _UsageError(
+            ValueError(
+                "your function gave different results on the same input: does it keep state "
+                "between calls? For a rule, use Adapter(stateful=True) with a factory"
+            )
+        ) from exc
+    return count[0], None
