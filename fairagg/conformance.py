@@ -1309,8 +1309,8 @@ def check(
         Argument names, fixed arguments, output names, a custom call, or a stateful rule.
     params : mapping, optional
         Parameters fixed for every case (e.g. ``{"q": 2.0}``, or a rule's ``{"variant":
-        "official"}``): generated examples use them, and golden cases with another value are
-        skipped.
+        "official"}``): generated examples and golden cases run with them, except the golden
+        cases that set another value themselves, which are skipped.
     golden : bool or iterable of str
         Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
     hypothesis : bool

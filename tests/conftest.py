@@ -13,6 +13,9 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 from fairagg.kernels import BACKENDS  # noqa: E402
 
+# pytester runs the fairagg_conformance fixture's own test files (tests/test_conformance.py).
+pytest_plugins = ["pytester"]
+
 # Numba compiles a kernel the first time a dtype is seen: the first example can take seconds, so no
 # per-example deadline. CI runs derandomised so that a red run is reproducible from its log.
 settings.register_profile(

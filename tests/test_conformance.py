@@ -1,0 +1,463 @@
+"""The conformance harness (fairagg.conformance): it passes fairagg's own functions and correct
+independent implementations written here in plain NumPy (or solved with cvxpy), catches the
+planted mistakes the issue lists (a norm not squared, a missing ε, weights not renormalised over
+the selected clients, the off-by-one simplex projection) with a minimised case and the right
+diagnosis, and rejects misuse with clear errors."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+import fairagg
+from fairagg import conformance as C
+from fairagg.conformance import Adapter, ConformanceError, check
+from fairagg.vectors import FORMULAS, _compute, case_inputs
+
+# ------------------------------------------------------------- independent implementations
+
+
+def qfedavg_np(params, deltas, losses, q, lr, epsilon, *, square=True, with_eps=True):
+    """q-FFL Alg. 1 in plain NumPy, with switches for the planted mistakes."""
+    L = 1.0 / lr
+    dw = L * deltas
+    f = losses + epsilon if with_eps else losses
+    norm = np.sum(dw * dw, axis=1) if square else np.linalg.norm(dw, axis=1)
+    h = q * f ** (q - 1) * norm + L * f**q
+    return params - (f**q) @ dw / h.sum()
+
+
+def project_np(y, total=1.0, *, off_by_one=False):
+    """The sort-based simplex projection; ``off_by_one`` sums Σ_{i<j} as the public q-FFL code."""
+    u = np.sort(y)[::-1]
+    css = np.cumsum(u)
+    if off_by_one:
+        css = css - u
+    j = np.arange(1, y.size + 1)
+    rho = np.nonzero(u + (total - css) / j > 0)[0][-1]
+    return np.maximum(y + (total - css[rho]) / (rho + 1), 0.0)
+
+
+def aaggff_aggregate_np(params, deltas, p, selected, server_lr, *, renormalise=True):
+    q = p[selected] / p[selected].sum() if renormalise else p[selected]
+    return params - server_lr * q @ deltas
+
+
+def rule_factory(name):
+    """fairagg's own rule behind the stateful calling convention."""
+
+    def factory(params, num_clients, **hyper):
+        rule = fairagg.make_rule(name, **hyper)
+        state = [rule.init(np.asarray(params), num_clients)]
+
+        def step(params, num_samples, losses, accuracies, participations, client_ids, lr,
+                 round_index, num_clients, deltas=None, gradients=None):  # fmt: skip
+            reports = fairagg.make_reports(
+                deltas, num_samples, losses=losses, accuracies=accuracies,
+                participations=participations, client_ids=client_ids, round_index=round_index,
+                num_clients=num_clients, gradients=gradients, lr=lr,
+            )  # fmt: skip
+            agg = rule.step(np.asarray(params), reports, state[0])
+            state[0] = agg.state
+            info = {k: v for k, v in agg.info.items() if k != "qp_iterations"}
+            return {"params": agg.params, **info}
+
+        return step
+
+    return factory
+
+
+# ------------------------------------------------------------------ fairagg itself conforms
+
+
+@pytest.mark.parametrize("target", C.targets())
+def test_fairagg_conforms_to_itself_on_every_target(target):
+    # Exercises every target's golden cases, generated inputs and calling convention.
+    if target in FORMULAS:
+        fn, adapter = FORMULAS[target].resolve(), Adapter()
+    else:
+        fn, adapter = rule_factory(target), Adapter(stateful=True)
+    report = check(fn, target, adapter=adapter, max_examples=25)
+    assert report and report.golden >= 2 and report.generated >= 20
+    assert "conforms" in str(report)
+
+
+def test_targets_are_the_rules_then_the_formulas_without_overlap():
+    assert C.targets() == [*fairagg.RULES, *FORMULAS]
+    assert not set(fairagg.RULES) & set(FORMULAS)
+
+
+@pytest.mark.parametrize("target", sorted(C.TERMS))
+def test_restated_terms_equal_fairagg_on_every_golden_case(target):
+    # The independent restatements, with no mistake switched on, are the formula: their outputs
+    # equal fairagg's on every golden case (so a term they report is the formula's term).
+    compared = 0
+    for _, inputs, params in case_inputs("formula", target).values():
+        full = C._default_params(target, params)
+        try:
+            want = _compute("formula", target, inputs, params)
+        except ValueError:
+            continue
+        got = C.TERMS[target].run(inputs, full)
+        for k in set(got) & set(want):
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
+            compared += 1
+    assert compared >= 3
+
+
+# --------------------------------------------------------- correct independent implementations
+
+
+def test_plain_numpy_qfedavg_conforms():
+    report = check(qfedavg_np, "qfedavg_step")
+    assert report.golden == 7 and report.generated == 100 and report.skipped == 0
+
+
+def test_plain_numpy_qfedavg_conforms_as_a_rule():
+    def rule(params, deltas, losses, lr, q, epsilon):
+        return qfedavg_np(params, deltas, losses, q, lr, epsilon)
+
+    assert check(rule, "qfedavg")
+
+
+def test_plain_numpy_projection_and_aggregation_conform():
+    assert check(project_np, "project_simplex")
+    assert check(aaggff_aggregate_np, "aaggff_aggregate")
+
+
+def test_a_stateful_independent_afl_conforms():
+    def afl(params, num_clients, lambda_lr, lr=None):
+        lam = np.full(num_clients, 1.0 / num_clients)
+
+        def step(params, gradients, losses, client_ids, lr):
+            nonlocal lam
+            new = params - lr * lam[client_ids] @ gradients
+            mix = lam.copy()
+            mix[client_ids] = project_np(lam[client_ids] + lambda_lr * losses)
+            lam = mix
+            return {"params": new, "mixture": lam}
+
+        return step
+
+    report = check(afl, "afl", adapter=Adapter(stateful=True), max_examples=50)
+    assert report.golden == 6
+
+
+def test_fedmgda_solved_with_cvxpy_conforms_at_a_solver_tolerance():
+    def fedmgda(params, deltas, num_samples, epsilon, server_lr):
+        norms = np.linalg.norm(deltas, axis=1)
+        g = np.divide(deltas, norms[:, None], out=np.zeros_like(deltas), where=norms[:, None] > 0)
+        lam0 = num_samples / num_samples.sum()
+        lam = cp.Variable(len(lam0))
+        cons = [cp.sum(lam) == 1, lam >= np.maximum(0, lam0 - epsilon)]
+        cons.append(lam <= np.minimum(1, lam0 + epsilon))
+        cp.Problem(cp.Minimize(cp.sum_squares(g.T @ lam)), cons).solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+        )
+        return params - server_lr * g.T @ lam.value
+
+    # the min-norm point is unique even where λ* is not: θ^{t+1} is checked
+    assert check(fedmgda, "fedmgda", max_examples=20, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- planted mistakes
+
+
+def test_a_norm_not_squared_is_caught_minimised_and_named():
+    def bad(params, deltas, losses, q, lr, epsilon):
+        return qfedavg_np(params, deltas, losses, q, lr, epsilon, square=False)
+
+    with pytest.raises(ConformanceError) as err:
+        check(bad, "qfedavg_step")
+    m = err.value.mismatch
+    assert m.diagnosis.startswith("h differs: your norm is not squared")
+    assert m.quantity == "params"
+    assert m.inputs["deltas"].shape == (1, 1)  # one client, one coordinate
+    assert "h differs: your norm is not squared" in str(err.value)
+    # caught by generated inputs alone, too, minimised by hypothesis
+    report = check(bad, "qfedavg_step", golden=False, raise_on_mismatch=False)
+    assert report.mismatch.source == "hypothesis"
+    assert report.mismatch.inputs["deltas"].shape == (1, 1)
+    assert report.mismatch.diagnosis.startswith("h differs: your norm is not squared")
+
+
+def test_a_norm_not_squared_is_caught_in_a_rule_too():
+    def bad(params, deltas, losses, lr, q, epsilon):
+        return qfedavg_np(params, deltas, losses, q, lr, epsilon, square=False)
+
+    report = check(bad, "qfedavg", raise_on_mismatch=False)
+    assert report.mismatch.round == 0
+    assert report.mismatch.diagnosis.startswith("h differs: your norm is not squared")
+
+
+def test_a_missing_epsilon_is_caught_by_generated_zero_losses():
+    def bad(params, deltas, losses, q, lr):  # no ε at all
+        return qfedavg_np(params, deltas, losses, q, lr, 0.0, with_eps=False)
+
+    report = check(bad, "qfedavg_step", raise_on_mismatch=False)
+    m = report.mismatch
+    assert m.source == "hypothesis"  # the golden losses are positive: the generator finds 0
+    assert m.diagnosis.startswith("F_tilde differs: ε is missing")
+    assert np.any(m.inputs["losses"] == 0)
+
+
+def test_fedmgda_without_its_epsilon_box_is_named():
+    def plain_mgda(deltas, num_samples, epsilon, server_lr):
+        from fairagg.rules.fedmgda import fedmgda_weights
+
+        return fedmgda_weights(deltas, num_samples, 1.0, server_lr)
+
+    report = check(plain_mgda, "fedmgda_weights", raise_on_mismatch=False)
+    assert report.mismatch.diagnosis.startswith("mixture differs: ε is missing")
+
+
+def test_weights_not_renormalised_over_the_selected_clients_are_caught():
+    def bad(params, deltas, p, selected, server_lr):
+        return aaggff_aggregate_np(params, deltas, p, selected, server_lr, renormalise=False)
+
+    report = check(bad, "aaggff_aggregate", raise_on_mismatch=False)
+    m = report.mismatch
+    assert m.diagnosis.startswith("weights differs: weights not renormalised over the selected")
+    assert m.inputs["selected"].size == 1 and m.inputs["deltas"].shape == (1, 1)  # shrunk
+    assert m.case.endswith(", shrunk")
+
+
+@pytest.mark.parametrize("golden", [True, False])
+def test_the_off_by_one_projection_is_caught(golden):
+    def bad(y, total):
+        return project_np(y, total, off_by_one=True)
+
+    report = check(bad, "project_simplex", golden=golden, raise_on_mismatch=False)
+    m = report.mismatch
+    assert m.diagnosis.startswith("tau differs: off-by-one simplex projection")
+    assert m.inputs["y"].size == 1
+
+
+def test_the_off_by_one_projection_is_caught_inside_afl():
+    def bad(params, grads, losses, mixture, lr, lambda_lr):
+        new = params - lr * mixture @ grads
+        return new, project_np(mixture + lambda_lr * losses, off_by_one=True)
+
+    report = check(bad, "afl_step", raise_on_mismatch=False)
+    assert report.mismatch.quantity == "mixture"
+    assert report.mismatch.diagnosis.startswith("tau differs: off-by-one")
+
+
+def test_returned_terms_name_the_first_that_differs():
+    def bad(params, deltas, losses, q, lr, epsilon):
+        L = 1.0 / lr
+        dw = L * deltas
+        f = losses + epsilon
+        h = q * f ** (q - 1) * np.linalg.norm(dw, axis=1) + L * f**q
+        return {"Delta_w": dw, "F_tilde": f, "h": h, "params": params - f**q @ dw / h.sum()}
+
+    report = check(bad, "qfedavg_step", raise_on_mismatch=False)
+    assert report.mismatch.quantity == "h"  # before params, which differs too
+    assert report.mismatch.formula.startswith("h_k = q F̃_k^{q−1} ‖Δw_k‖²")
+    assert report.mismatch.diagnosis.startswith("h differs: your norm is not squared")
+
+
+def test_an_unrecognised_difference_is_reported_without_a_diagnosis():
+    def bad(params, deltas, losses, q, lr, epsilon):
+        return qfedavg_np(params, deltas, losses, q, lr, epsilon) + 1e-6
+
+    report = check(bad, "qfedavg_step", raise_on_mismatch=False)
+    assert report.mismatch.diagnosis is None
+    assert "params differs" in str(report.mismatch)
+    assert "largest difference 1e-06" in report.mismatch.detail
+
+
+def test_a_tolerance_wide_enough_accepts_a_small_difference():
+    def close(params, deltas, losses, q, lr, epsilon):
+        return qfedavg_np(params, deltas, losses, q, lr, epsilon) * (1 + 1e-7)
+
+    assert not check(close, "qfedavg_step", raise_on_mismatch=False)
+    assert check(close, "qfedavg_step", rtol=1e-6)
+
+
+def test_an_exception_in_your_function_is_a_finding():
+    def raises(y, total):
+        if y.size > 3:
+            raise IndexError("only small inputs")
+        return project_np(y, total)
+
+    report = check(raises, "project_simplex", raise_on_mismatch=False)
+    m = report.mismatch
+    assert m.quantity == "exception" and "IndexError: only small inputs" in m.detail
+    assert m.inputs["y"].size == 4  # shrunk to the smallest input that still raises
+
+
+def test_nan_where_fairagg_is_finite_is_a_difference():
+    def nan(y, total):
+        return np.full(y.shape, np.nan)
+
+    report = check(nan, "project_simplex", raise_on_mismatch=False)
+    assert "yours is nan" in report.mismatch.detail
+
+
+def test_your_function_may_modify_its_inputs_without_changing_the_reference():
+    def destructive(params, deltas, losses, q, lr, epsilon):
+        out = qfedavg_np(params, deltas, losses, q, lr, epsilon)
+        deltas *= 0.0
+        losses[:] = 7.0
+        return out
+
+    assert check(destructive, "qfedavg_step", max_examples=20)
+
+
+# ----------------------------------------------------------------------------------- adapter
+
+
+def test_adapter_renames_arguments_and_names_tuple_outputs():
+    def mine(w, updates, f, q, eta, epsilon):
+        new = qfedavg_np(w, updates, f, q, eta, epsilon)
+        return new, np.nan  # the second item is named, compared and must match h_sum
+
+    rename = {"params": "w", "deltas": "updates", "losses": "f", "lr": "eta"}
+    with pytest.raises(ConformanceError, match="h_sum differs"):
+        check(mine, "qfedavg_step", adapter=Adapter(rename=rename, outputs=("params", "h_sum")))
+    assert check(
+        lambda w, updates, f, q, eta, epsilon: qfedavg_np(w, updates, f, q, eta, epsilon),
+        "qfedavg_step",
+        adapter=Adapter(rename=rename),
+    )
+
+
+def test_adapter_call_and_fixed_arguments():
+    def mine(y, total, method):
+        assert method == "sort"
+        return project_np(y, total)
+
+    assert check(mine, "project_simplex", adapter=Adapter(fixed={"method": "sort"}))
+    called = []
+
+    def call(fn, inputs):
+        called.append(sorted(inputs))
+        return fn(inputs["y"])
+
+    assert check(project_np, "project_simplex", adapter=Adapter(call=call), params={"total": 1.0})
+    assert called[0] == ["total", "y"]
+
+
+def test_fixed_params_skip_the_golden_cases_that_disagree():
+    report = check(
+        lambda params, deltas, losses, lr, epsilon: qfedavg_np(params, deltas, losses, 2.0, lr,
+                                                               epsilon),
+        "qfedavg",
+        params={"q": 2.0},
+    )  # fmt: skip
+    # the q_zero and q_five cases set another q; the others run with q = 2
+    assert (report.skipped, report.golden, report.generated) == (2, 6, 100)
+
+
+def test_golden_case_selection_and_hypothesis_off():
+    report = check(project_np, "project_simplex", golden=["ties", "single"], hypothesis=False)
+    assert (report.golden, report.generated) == (2, 0)
+    with pytest.raises(ValueError, match="golden: 'project_simplex' has no case 'nope'"):
+        check(project_np, "project_simplex", golden=["nope"])
+
+
+def test_a_stateful_function_without_the_factory_convention_is_explained():
+    calls = [0]
+
+    def drifting(y, total):
+        calls[0] += 1
+        return project_np(y, total) + (1e-3 if calls[0] % 7 == 0 else 0.0)
+
+    # hypothesis replays the failing example while shrinking and sees it pass
+    with pytest.raises(ValueError, match="different results on the same input"):
+        check(drifting, "project_simplex", golden=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"target": "nope"}, ValueError, "target must be a registered rule"),
+        ({"target": 3}, TypeError, "target must be a rule or formula name"),
+        ({"adapter": {"rename": {}}}, TypeError, "adapter must be a fairagg.conformance.Adapter"),
+        ({"adapter": Adapter(stateful=True)}, ValueError, "stateful=True\\) applies to rules"),
+        ({"params": {"qq": 1.0}}, ValueError, "params: 'project_simplex' has no parameter 'qq'"),
+        ({"rtol": -1.0}, ValueError, "rtol must be a non-negative number"),
+        ({"atol": float("nan")}, ValueError, "atol must be a non-negative number"),
+        ({"max_examples": 0}, ValueError, "max_examples must be a positive int"),
+        ({"golden": False, "hypothesis": False}, ValueError, "nothing to check"),
+        ({"golden": "small"}, TypeError, "golden must be a bool or an iterable"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs, error, match):
+    args = {"target": "project_simplex", **kwargs}
+    with pytest.raises(error, match=match):
+        check(project_np, **args)
+
+
+def test_not_callable_and_bad_adapter_fields():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        check(3, "project_simplex")
+    with pytest.raises(TypeError, match="Adapter.rename must be a mapping"):
+        Adapter(rename=[("a", "b")])
+    with pytest.raises(TypeError, match="Adapter.stateful must be a bool"):
+        Adapter(stateful=1)
+
+
+def test_usage_mistakes_in_the_call_are_errors_not_findings():
+    with pytest.raises(TypeError, match="argument 'weights' is not among what the harness"):
+        check(lambda y, weights: y, "project_simplex")
+    with pytest.raises(ValueError, match="returned 'tau2', which 'project_simplex' does not"):
+        check(lambda y, total: {"out": project_np(y, total), "tau2": 0.0}, "project_simplex")
+    with pytest.raises(TypeError, match="returned None"):
+        check(lambda y: None, "project_simplex")
+    with pytest.raises(TypeError, match="returned a tuple of 3"):
+        check(lambda y: (y, y, y), "project_simplex")
+    with pytest.raises(TypeError, match="must return the per-round function"):
+        check(lambda params, num_clients: 3, "fedavg", adapter=Adapter(stateful=True))
+    with pytest.raises(ValueError, match="a rule's function must return params"):
+        check(lambda deltas: {"weights": np.ones(len(deltas))}, "fairavg")
+
+
+def test_describe_lists_inputs_terms_and_recognised_mistakes():
+    text = C.describe("qfedavg_step")
+    assert "inputs: params, deltas, losses" in text
+    assert "h: h_k = q F̃_k^{q−1} ‖Δw_k‖² + L F̃_k^q" in text
+    assert "your norm is not squared" in text
+    rule = C.describe("afl")
+    assert "gradients" in rule and "every client every round" in rule and "lambda_lr" in rule
+
+
+def test_the_report_prints_the_case_to_reproduce_it():
+    def bad(params, deltas, num_samples):
+        return params - deltas.mean(axis=0)
+
+    report = check(bad, "fedavg", raise_on_mismatch=False)
+    text = str(report.mismatch)
+    assert text.startswith("fedavg: your implementation differs from fairagg on golden case")
+    assert "weights differs: the weights ignore n_k" in text
+    assert "round 0:" in text and "num_samples = " in text and "params0 = " in text
+
+
+# --------------------------------------------------------------------------- pytest fixture
+
+
+def test_the_pytest_fixture_passes_and_fails_a_test(pytester):
+    pytester.makepyfile(
+        """
+        import numpy as np
+
+        def project(y, total):
+            u = np.sort(y)[::-1]
+            css = np.cumsum(u)
+            j = np.arange(1, y.size + 1)
+            rho = np.nonzero(u + (total - css) / j > 0)[0][-1]
+            return np.maximum(y + (total - css[rho]) / (rho + 1), 0.0)
+
+        def test_good(fairagg_conformance):
+            report = fairagg_conformance(project, "project_simplex")
+            assert report.generated == 5
+
+        def test_bad(fairagg_conformance):
+            fairagg_conformance(lambda y, total: np.maximum(y, 0.0), "project_simplex")
+        """
+    )
+    result = pytester.runpytest_subprocess("--fairagg-max-examples=5", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*project_simplex: your implementation differs*", "*out differs*"])
