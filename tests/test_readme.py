@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.tolerances import assert_close
 
@@ -39,3 +40,20 @@ def test_every_other_python_block_runs():
         if "fairagg.flower" in code and importlib.util.find_spec("flwr") is None:
             continue  # the flower extra is absent (CI installs it, so CI runs the block)
         exec(compile(code, str(README), "exec"), {})  # noqa: S102 - our own README
+
+
+def test_the_conformance_example_fails_as_the_readme_shows():
+    # The harness's README example is a failing test: run it and compare the printed report.
+    from fairagg.conformance import ConformanceError
+
+    section = README.read_text().split("## Conformance harness", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shown = re.search(r"fails with\n\n```text\n(.*?)\n```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    with pytest.raises(ConformanceError) as err:
+        namespace["test_my_qfedavg"]()
+    assert str(err.value) == shown
+    fixed = code.replace("np.linalg.norm(dw, axis=1)", "np.sum(dw * dw, axis=1)")
+    exec(compile(fixed, str(README), "exec"), namespace)  # noqa: S102
+    namespace["test_my_qfedavg"]()  # passes once the norm is squared
