@@ -57,6 +57,7 @@ inputs alone.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -457,12 +458,14 @@ def _rule_terms_spec(rule: str) -> _Terms | None:
     if name is None:
         return None
     t = TERMS[name]
-    texts = dict(t.texts)
     if rule == "fedavg":
         texts = {"weights": t.texts["out"], "params": "θ − Σ_k a_k δ_k"}
         mutants = tuple(_Mutant("weights", m.message, m.switches) for m in t.mutants)
         return _Terms(t.run, texts, mutants)
-    return _Terms(t.run, texts, t.mutants)
+    if rule == "qfedavg":  # the rule reports the weight on δ_k, not on Δw_k = L δ_k
+        return _Terms(t.run, {**t.texts, "weights": "L F̃_k^q / Σ_j h_j, the weight on δ_k"},
+                      t.mutants)  # fmt: skip
+    return t
 
 
 def describe(target: str) -> str:
@@ -841,7 +844,7 @@ class _Checker:
         """fairagg's outputs, or None when fairagg rejects the case."""
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("error")
+                warnings.simplefilter("error", RuntimeWarning)  # an overflow rejects the case
                 return _compute(self.kind, self.target, case.inputs, {**case.params, **self.fixed})
         except (ValueError, TypeError, ArithmeticError, RuntimeWarning):
             return None
@@ -1109,8 +1112,7 @@ def _shrink(checker: _Checker, case: _Case, found: Mismatch) -> Mismatch:
                 break
     if not shrunk:
         return found
-    label = f"{found.case}, shrunk"
-    return Mismatch(**{**found.__dict__, "case": label})
+    return dataclasses.replace(found, case=f"{found.case}, shrunk")
 
 
 # ---------------------------------------------------------------------------- generated inputs
@@ -1355,6 +1357,8 @@ def check(
             f"params: {target!r} has no parameter {', '.join(map(repr, unknown))}; it has "
             f"{', '.join(known) or 'none'}"
         )
+    if kind == "rule":
+        make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
     for name, value in (("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"{name} must be a non-negative number; got {value!r}")
@@ -1424,6 +1428,13 @@ def _run_hypothesis(
         run()
     except _Found as exc:
         return count[0], exc.mismatch
+    except hypothesis.errors.Unsatisfiable as exc:
+        raise _UsageError(
+            ValueError(
+                f"fairagg rejected every generated input of {target!r} with params {fixed}: "
+                "are they valid?"
+            )
+        ) from exc
     except hypothesis.errors.Flaky as exc:
         raise _UsageError(
             ValueError(

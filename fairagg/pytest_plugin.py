@@ -1,7 +1,7 @@
-"""pytest plugin: the ``fairagg_conformance`` fixture (registered by fairagg's ``pytest11`` entry
-point, so installing fairagg makes it available to every test suite).
+"""pytest plugin: the ``fairagg_conformance`` fixture.
 
-::
+Enable it in your ``conftest.py`` with ``pytest_plugins = ["fairagg.pytest_plugin"]`` (or run
+``pytest -p fairagg.pytest_plugin``); then a test checks an implementation in one line::
 
     def test_my_qfedavg(fairagg_conformance):
         fairagg_conformance(my_qfedavg, "qfedavg_step")
@@ -9,7 +9,11 @@ point, so installing fairagg makes it available to every test suite).
 The fixture is :func:`fairagg.conformance.check` that fails the test with the minimised mismatch
 (no traceback into the harness) and returns the report when the implementation conforms. The
 option ``--fairagg-max-examples N`` sets the generated examples of every check that does not
-give ``max_examples`` itself. Nothing of fairagg is imported until the fixture is used.
+give ``max_examples`` itself.
+
+It is opt-in, not registered for every pytest run of an environment with fairagg installed:
+loading it imports fairagg (and numba), which a test suite that never uses the fixture should
+not pay for, and which must come after any numba settings a suite makes in its conftest.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 from fairagg.kernels import BACKENDS  # noqa: E402
 
-# pytester runs the fairagg_conformance fixture's own test files (tests/test_conformance.py).
+# pytester runs test files that use the fairagg_conformance fixture (tests/test_conformance.py).
 pytest_plugins = ["pytester"]
 
 # Numba compiles a kernel the first time a dtype is seen: the first example can take seconds, so no

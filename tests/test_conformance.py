@@ -391,6 +391,13 @@ def test_bad_arguments_are_clear_errors(kwargs, error, match):
         check(project_np, **args)
 
 
+def test_parameters_fairagg_rejects_are_errors():
+    with pytest.raises(ValueError, match="q must be"):
+        check(qfedavg_np, "qfedavg", params={"q": -1.0})
+    with pytest.raises(ValueError, match="fairagg rejected every generated input"):
+        check(project_np, "project_simplex", params={"total": -1.0}, golden=False)
+
+
 def test_not_callable_and_bad_adapter_fields():
     with pytest.raises(TypeError, match="fn must be callable"):
         check(3, "project_simplex")
@@ -458,6 +465,10 @@ def test_the_pytest_fixture_passes_and_fails_a_test(pytester):
             fairagg_conformance(lambda y, total: np.maximum(y, 0.0), "project_simplex")
         """
     )
+    pytester.makeconftest('pytest_plugins = ["fairagg.pytest_plugin"]')
     result = pytester.runpytest_subprocess("--fairagg-max-examples=5", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*project_simplex: your implementation differs*", "*out differs*"])
+    # without the plugin enabled the fixture does not exist
+    (pytester.path / "conftest.py").unlink()
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(errors=2)
