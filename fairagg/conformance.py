@@ -793,6 +793,9 @@ class _Diff:
     yours: list[Json] = field(default_factory=list)  # your named outputs of each round so far
 
 
+_DIFF_FIELDS = ("quantity", "formula", "round", "got", "want", "detail")
+
+
 def _first_diff(
     got: Json, want: Json, order: Sequence[str], texts: Mapping[str, str], rnd: int | None, tol
 ) -> _Diff | None:
@@ -861,20 +864,12 @@ class _Checker:
             diff = self._compare_rule(case, params, want)
         if diff is None:
             return True, None
+        shared = {f: getattr(diff, f) for f in _DIFF_FIELDS}
+        diagnosis = self._diagnose(case, params, diff)
         return True, Mismatch(
-            target=self.target,
-            source=case.source,
-            case=case.label,
-            quantity=diff.quantity,
-            formula=diff.formula,
-            round=diff.round,
-            got=diff.got,
-            want=diff.want,
-            detail=diff.detail,
-            diagnosis=self._diagnose(case, params, diff),
-            inputs=case.inputs,
-            params=params,
-        )
+            self.target, case.source, case.label, **shared, diagnosis=diagnosis,
+            inputs=case.inputs, params=params,
+        )  # fmt: skip
 
     # calls --------------------------------------------------------------------------------
     def _user(self, fn: Callable[..., Any], kwargs: Json) -> Any:
