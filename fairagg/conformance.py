@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from . import RULES, make_rule
-from .vectors import FORMULAS, _compute, case_inputs
+from .vectors import FORMULAS, RULE_EXCLUDE, _compute, case_inputs
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -621,15 +621,24 @@ def _named(
         )
     else:
         out = {primary: result}
-    unknown = sorted(set(out) - set(known))
-    if unknown and (isinstance(result, Mapping) or adapter.outputs is not None):
+    # outputs fairagg has but does not compare (iteration counts, solver diagnostics)
+    ignored = set(FORMULAS[target].exclude if target in FORMULAS else RULE_EXCLUDE)
+    unknown = sorted(set(out) - set(known) - ignored)
+    if unknown and (
+        isinstance(result, Mapping) or hasattr(result, "_fields") or adapter.outputs is not None
+    ):
         raise _UsageError(
             ValueError(
                 f"your function returned {', '.join(map(repr, unknown))}, which {target!r} does "
                 f"not have; it has: {', '.join(known)}"
             )
         )
-    return {k: v for k, v in out.items() if k in known}
+    out = {k: v for k, v in out.items() if k in known}
+    if not out:  # nothing would be compared: a check that cannot fail
+        raise _UsageError(
+            ValueError(f"your function returned nothing that {target!r} has: {', '.join(known)}")
+        )
+    return out
 
 
 # --------------------------------------------------------------------------------- comparison

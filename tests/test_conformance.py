@@ -6,6 +6,8 @@ diagnosis, and rejects misuse with clear errors."""
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -412,6 +414,11 @@ def test_usage_mistakes_in_the_call_are_errors_not_findings():
         check(lambda y, weights: y, "project_simplex")
     with pytest.raises(ValueError, match="returned 'tau2', which 'project_simplex' does not"):
         check(lambda y, total: {"out": project_np(y, total), "tau2": 0.0}, "project_simplex")
+    Mine = namedtuple("Mine", ["projection"])
+    with pytest.raises(ValueError, match="returned 'projection', which 'project_simplex' does"):
+        check(lambda y, total: Mine(project_np(y, total)), "project_simplex")
+    with pytest.raises(ValueError, match="returned nothing that 'project_simplex' has"):
+        check(lambda y: {}, "project_simplex")
     with pytest.raises(TypeError, match="returned None"):
         check(lambda y: None, "project_simplex")
     with pytest.raises(TypeError, match="returned a tuple of 3"):
