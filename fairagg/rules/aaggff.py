@@ -99,6 +99,11 @@ def aaggff_aggregate(
         raise ValueError(f"selected must lie in [0, {P.size}); got {ids.min()}..{ids.max()}")
     if np.unique(ids).size != ids.size:
         raise ValueError("selected must be distinct")
+    shape = getattr(deltas, "shape", None)  # a device array's shape, without a copy
+    shape = np.shape(deltas) if shape is None else shape
+    rows = shape[0] if len(shape) else None
+    if rows != ids.size:
+        raise ValueError(f"deltas must have one row per selected client ({ids.size}); got {rows}")
     eta_s = check_real(server_lr, "server_lr", low=0.0)
     total = float(P[ids].sum())
     if not total > 0:

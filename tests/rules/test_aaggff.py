@@ -610,3 +610,35 @@ def test_missing_losses_and_bad_client_ids_rejected(name):
             make_reports(np.ones((2, 2)), [1, 1], losses=[1, 2], client_ids=[1, 1]),
             state,
         )
+
+
+def test_aaggff_aggregate_renormalises_the_decision_over_the_selected_clients():
+    from fairagg.rules.aaggff import aaggff_aggregate
+
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    D = np.array([[1.0, 0.0], [0.0, 2.0]])
+    out = aaggff_aggregate(np.zeros(2), D, p, [3, 1], server_lr=0.5)
+    q = np.array([0.4, 0.2]) / 0.6
+    np.testing.assert_allclose(out.weights, q, rtol=1e-15)
+    np.testing.assert_allclose(out.params, -0.5 * q @ D, rtol=1e-15)
+    # only p's restriction to S matters, and its scale cancels
+    again = aaggff_aggregate(np.zeros(2), D, np.array([9.0, 2.0, 0.0, 4.0]), [3, 1], 0.5)
+    np.testing.assert_allclose(again.params, out.params, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("p", "selected", "rows", "match"),
+    [
+        ([0.5, -0.1, 0.6], [0, 1], 2, "p must be non-negative"),
+        ([0.5, 0.5], [0, 2], 2, "selected must lie in \\[0, 2\\)"),
+        ([0.5, 0.5], [1, 1], 2, "selected must be distinct"),
+        ([0.5, 0.5], [], 0, "selected must name at least one client"),
+        ([0.0, 0.0, 1.0], [0, 1], 2, "p must have a positive sum over the selected"),
+        ([0.5, 0.5], [0, 1], 3, "deltas must have one row per selected client \\(2\\); got 3"),
+    ],
+)
+def test_aaggff_aggregate_rejects_bad_input(p, selected, rows, match):
+    from fairagg.rules.aaggff import aaggff_aggregate
+
+    with pytest.raises(ValueError, match=match):
+        aaggff_aggregate(np.zeros(2), np.ones((rows, 2)), p, np.array(selected, dtype=int))
