@@ -48,10 +48,10 @@ coordinates, simpler numbers); a failing golden case is shrunk greedily (clients
 and rounds dropped while the difference remains). Examples are derandomized by default, so a
 run is reproducible.
 
-The pytest fixture ``fairagg_conformance`` (:mod:`fairagg.pytest_plugin`, registered when fairagg
-is installed) does the same and fails the test with the report. hypothesis is needed for the
-generated inputs (``pip install 'fairagg[conformance]'``); ``hypothesis=False`` checks the golden
-inputs alone.
+The pytest fixture ``fairagg_conformance`` (:mod:`fairagg.pytest_plugin`, enabled by
+``pytest_plugins = ["fairagg.pytest_plugin"]`` in a conftest) does the same and fails the test
+with the report. hypothesis is needed for the generated inputs (``pip install
+'fairagg[conformance]'``); ``hypothesis=False`` checks the golden inputs alone.
 """
 
 from __future__ import annotations
