@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numba
 import numpy as np
+from _output import numba_threads
 from numba import njit, prange
 
 
@@ -67,9 +67,7 @@ def first_and_steady_time(
 @contextlib.contextmanager
 def threads(n: int) -> Iterator[None]:
     """Pin Numba and, when threadpoolctl is installed, BLAS to ``n`` threads."""
-    old = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
+    with numba_threads(n):
         try:
             from threadpoolctl import threadpool_limits
         except ImportError:  # the ratios are then taken with BLAS's default thread count
@@ -77,8 +75,6 @@ def threads(n: int) -> Iterator[None]:
         else:
             with threadpool_limits(n):
                 yield
-    finally:
-        numba.set_num_threads(old)
 
 
 @njit(parallel=True, fastmath=True, cache=True)

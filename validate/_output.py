@@ -1,13 +1,14 @@
 """Output helpers shared by the reproduction scripts: CSVs that keep what a run has done so far,
-progress on standard error, mean ± std cells and aligned text tables, and the comma lists of
-integer flags."""
+progress on standard error, mean ± std cells and aligned text tables, the comma lists of
+integer flags, and Numba's thread count pinned for a run."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,19 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+
+
+@contextlib.contextmanager
+def numba_threads(n: int) -> Iterator[None]:
+    """Numba's thread count set to ``n`` (at most what Numba started with), restored after."""
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
 
 
 def log(msg: str) -> None:

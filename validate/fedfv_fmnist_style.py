@@ -171,6 +171,7 @@ from _output import (  # noqa: E402
     int_list,
     log,
     mean_std,
+    numba_threads,
     render_columns,
     write_csv,
 )
@@ -718,14 +719,8 @@ RUN_FIELDS = [
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    import numba
-
-    threads_before = numba.get_num_threads()
-    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
-    try:
+    with numba_threads(args.threads):
         return _main(args)
-    finally:
-        numba.set_num_threads(threads_before)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -70,7 +70,8 @@ def aaggff_aggregate(
     *,
     backend: str = "numpy",
 ) -> AAgFFUpdate:
-    """AAgFF's aggregation with the decision p over all K clients (SPEC §5):
+    """AAgFF's aggregation with the decision p over all K clients (AAgFF poster, the server's
+    mixing step; SPEC §5):
     q_i = p_i / Σ_{j∈S} p_j for i ∈ S, θ^{t+1} = θ^t − η_s Σ_{i∈S} q_i δ_i.
 
     Parameters
