@@ -10,12 +10,16 @@ One round, given the selected clients' updates δ_1..δ_m (arrival order) and th
 3. **Internal conflicts** (Alg. 2): every other client i starts from g̃_i = δ_i and, for each j
    along the order (j ≠ i), if δ_j·g̃_i < 0 projects g̃_i ← g̃_i − (δ_j·g̃_i/‖δ_j‖²) δ_j onto the
    normal plane of the **original** δ_j (a zero δ_j is skipped). ḡ = (1/m) Σ_i g̃_i.
-4. **External conflicts** (Alg. 3, only if t ≥ τ): the server keeps each client's latest original
-   update and the round it was sent. For the rounds r = t−τ, …, t−1, oldest first
-   (``variant="paper"``), C = the clients whose latest round is r and whose update conflicts with
-   the current ḡ; if C ≠ ∅ and ḡ·g_con < 0 for g_con = Σ_{c∈C} δ_c, then
-   ḡ ← ḡ − (ḡ·g_con/‖g_con‖²) g_con. ``variant="flgo"`` takes rounds t−τ+1, …, t, the current
-   round's originals included, as the maintained public code (FLGo) does.
+4. **External conflicts** (Alg. 3): the server keeps each client's latest original update and the
+   round it was sent. For each round r of the window, oldest first, C = the clients whose latest
+   round is r and whose update conflicts with the current ḡ; if C ≠ ∅ and ḡ·g_con < 0 for
+   g_con = Σ_{c∈C} δ_c, then ḡ ← ḡ − (ḡ·g_con/‖g_con‖²) g_con. Rounds are counted from t = 0
+   (Alg. 1, line 2). ``variant="paper"``: Alg. 1, line 9 runs Alg. 3 when t ≥ τ, over the rounds
+   t−τ, …, t−1 (Alg. 3, line 1), so the first look back is in round t = τ, at rounds 0..τ−1.
+   ``variant="flgo"``: the maintained public code (FLGo 0.4.4's ``fedfv.Server``) counts rounds
+   from R = 1 and projects when R ≥ τ over the rounds R−τ+1, …, R; in fairagg's count that is
+   rounds t−τ+1, …, t (the current round's originals included), first in round t = τ − 1, at
+   rounds 0..τ−1. τ = 0 turns the step off in both.
 5. **Rescale** (Alg. 1, line 11): g = ḡ ‖(1/m) Σ_k δ_k‖ / ‖ḡ‖ and θ^{t+1} = θ^t − g; ḡ = 0
    gives g = 0.
 
@@ -226,12 +230,25 @@ def _check_history(history: Any, d: int, t: int, ids: np.ndarray | None) -> FedF
 
 
 def _window(rounds: np.ndarray, t: int, tau: int, variant: str, m: int) -> list[np.ndarray]:
-    """Alg. 3's groups, oldest first, as row indices into U = [δ_1..δ_m; history.updates]."""
-    if t < tau:
+    """Alg. 3's groups, oldest first, as row indices into U = [δ_1..δ_m; history.updates].
+
+    ``"paper"``: Alg. 1 counts rounds t = 0, 1, … and runs Alg. 3 when t ≥ τ over the rounds
+    t − τ, …, t − 1 (all ≥ 0). ``"flgo"``: FLGo counts rounds R = t + 1 = 1, 2, … and projects
+    when R ≥ τ over the rounds R − τ + 1, …, R, i.e. t − τ + 1, …, t, first when t = τ − 1 (τ ≥ 1;
+    τ = 0 is an empty window in both).
+    """
+    if tau == 0:
         return []
-    first, last = (t - tau, t - 1) if variant == "paper" else (t - tau + 1, t)
+    if variant == "paper":
+        if t < tau:
+            return []
+        first, last = t - tau, t - 1
+    else:
+        if t + 1 < tau:
+            return []
+        first, last = t - tau + 1, t
     groups = []
-    for r in range(max(first, 0), last + 1):
+    for r in range(first, last + 1):
         if r == t:
             groups.append(np.arange(m))
         else:
@@ -557,7 +574,8 @@ def fedfv(
     order : {"loss", "reverse", "random"}
         Projection order; ``"random"`` is seeded by ``(seed, t)``.
     variant : {"paper", "flgo"}
-        Window t−τ..t−1 (paper) or t−τ+1..t (public code).
+        Window t−τ..t−1 from round t = τ on (paper), or t−τ+1..t from round t = τ − 1 on (the
+        public code, which counts rounds from 1); t counts from 0.
     seed : int
         Seed of the random order.
     method : {"gram", "vector"}

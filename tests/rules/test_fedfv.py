@@ -222,6 +222,57 @@ def test_external_conflicts_by_hand_in_both_windows():
         )
 
 
+def test_flgo_window_looks_back_in_round_tau_minus_one_as_flgo_does():
+    """FLGo 0.4.4's fedfv.Server counts rounds from R = 1 and projects against the rounds
+    R−τ+1..R once R ≥ τ; fairagg's t = R − 1, so with τ = 1 the flgo variant mitigates external
+    conflicts already in the first round (t = 0), against that round's own updates.
+
+    θ = (0, 0), δ₀ = (1, 0), δ₁ = (−1, 1), losses (1, 2), α = 1/2. Keep count
+    2 − ⌈(2 − 1)(1 − 1/2)⌉ = 1: the larger loss (client 1) keeps δ₁. Client 0: δ₁·δ₀ = −1 < 0, so
+    g̃₀ = (1, 0) − (−1/‖δ₁‖²)(−1, 1) = (1, 0) + ½(−1, 1) = (½, ½).
+    ḡ = ((½, ½) + (−1, 1))/2 = (−¼, ¾).
+    External, round 0 (the current round): δ₀·ḡ = −¼ < 0 conflicts, δ₁·ḡ = ¼ + ¾ = 1 does not;
+    g_con = δ₀, ḡ·g_con = −¼ < 0: ḡ ← (−¼, ¾) − (−¼/1)(1, 0) = (0, ¾).
+    Rescale to ‖(δ₀ + δ₁)/2‖ = ‖(0, ½)‖ = ½: g = (0, ½), θ¹ = θ − g = (0, −½), FLGo's answer.
+    The paper variant waits for t ≥ τ = 1: g = ḡ·½/‖ḡ‖ = (−¼, ¾)/√10·2 = (−0.1581…, 0.4743…)."""
+    D = np.array([[1.0, 0.0], [-1.0, 1.0]])
+    losses = np.array([1.0, 2.0])
+    for method in ("gram", "vector"):
+        flgo = fedfv_direction(
+            D, losses, alpha=0.5, round_index=0, tau=1, variant="flgo", method=method
+        )
+        assert_close(flgo.direction, [0.0, 0.5])
+        assert (flgo.external_conflicts, flgo.external_projections) == (1, 1)
+        # In the updates: ḡ = ½(δ₀ + ½δ₁ + δ₁) + ¼δ₀ = ¾δ₀ + ¾δ₁, times ½/‖ḡ‖ = ½/¾.
+        assert_close(flgo.weights, [0.5, 0.5])
+        paper = fedfv_direction(D, losses, alpha=0.5, round_index=0, tau=1, method=method)
+        assert_close(paper.direction, np.array([-0.25, 0.75]) * 0.5 / np.sqrt(0.625))
+        assert paper.external_conflicts == 0
+    rule = fedfv(alpha=0.5, tau=1, variant="flgo")
+    theta = np.zeros(2)
+    agg = rule.step(theta, reports(D, losses, [0, 1], 2), rule.init(theta, 2))
+    assert_close(agg.params, [0.0, -0.5])
+
+
+@pytest.mark.parametrize("tau", [1, 2, 3])
+def test_each_variant_first_looks_back_where_its_algorithm_says(tau):
+    """Paper (Alg. 1, line 9: t ≥ τ): the first round with an external step is t = τ, over rounds
+    0..τ−1. flgo (R = t + 1 ≥ τ): t = τ − 1, over rounds 0..τ−1 (the current one included). A
+    single client δ = (1, 0) each round, and a history client from round 0 with h = (−1, −1):
+    it conflicts with every ḡ = δ, so the step happens exactly where the window reaches round 0
+    or, for flgo with τ = 1, the current round (which holds no conflict: nothing projected)."""
+    D = np.array([[1.0, 0.0]])
+    hist = FedFVHistory(np.array([[-1.0, -1.0]]), np.array([0]), np.array([7]))
+    for t in range(1, tau + 2):
+        for variant, first in (("paper", tau), ("flgo", tau - 1)):
+            res = fedfv_direction(
+                D, [1.0], round_index=t, history=hist, tau=tau, variant=variant
+            )
+            lo = t - tau if variant == "paper" else t - tau + 1
+            reaches_round_0 = t >= first and lo <= 0
+            assert res.external_projections == int(reaches_round_0), (variant, t)
+
+
 def test_external_window_goes_oldest_first_and_sums_only_conflicting_updates():
     """δ = (1, 1) alone (ḡ = δ) at t = 2 with τ = 2: round 0 holds h1 = (−1, 0) and
     h2 = (0, 1), round 1 holds h3 = (1, −1). Round 0 first: only h1 conflicts, g_con = h1,
