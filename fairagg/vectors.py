@@ -8,10 +8,12 @@ float64, and the tolerance each comparison deserves. Arrays of more than :data:`
 entries go to ``.npy`` files beside the JSON. ``DIR/schema.json`` is a JSON Schema of a case
 file and ``DIR/index.json`` lists the cases.
 
-Everything is generated deterministically from ``seed``: the inputs are bitwise reproducible;
-the expected outputs agree across machines within their tolerances (BLAS may sum in another
-order). :func:`check_vectors` recomputes every case with the library and reports the
-comparisons that fail, which is how the stored set in the test suite is kept equal to what
+Everything is generated deterministically from ``seed``: the inputs are bitwise reproducible on
+any machine (derived inputs, such as a Gram matrix, are correctly rounded sums rather than BLAS
+products); the expected outputs are bitwise reproducible on one machine and agree across
+machines within their tolerances, a few ulps apart (BLAS may sum in another order, NumPy's SIMD
+exp/log round differently by CPU). :func:`check_vectors` recomputes every case with the library
+and reports the comparisons that fail (:func:`compare_vectors` also each case's distance), which is how the stored set in the test suite is kept equal to what
 fairagg computes today, and how another implementation can be checked against the files.
 
 Case file (``schema_version`` 1)::
@@ -37,11 +39,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,9 +54,11 @@ __all__ = [
     "FORMULAS",
     "INLINE_MAX",
     "SCHEMA_VERSION",
+    "CaseCheck",
     "Formula",
     "case_inputs",
     "check_vectors",
+    "compare_vectors",
     "generate",
     "load_case",
     "write_vectors",
@@ -358,10 +363,21 @@ def _simplex_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
     }
 
 
+def _exact_gram(V: np.ndarray) -> np.ndarray:
+    """V Vᵀ with every entry the correctly rounded sum of the (IEEE-rounded) products: the same
+    bits on every machine, where a BLAS product's last digits depend on its kernel."""
+    m = V.shape[0]
+    G = np.empty((m, m))
+    for i in range(m):
+        for j in range(i, m):
+            G[i, j] = G[j, i] = math.fsum(V[i] * V[j])
+    return G
+
+
 def _min_norm_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
     def case(V: np.ndarray, what: str, lo: float = 0.0, hi: float = np.inf) -> CaseInputs:
         params = {"lower": lo} if hi == np.inf else {"lower": lo, "upper": hi}
-        return what, {"gram": V @ V.T}, params
+        return what, {"gram": _exact_gram(V)}, params
 
     V = rng.standard_normal((5, 3))
     dup = np.vstack([V[:2], V[:2], -V[:1]])
@@ -377,7 +393,7 @@ def _min_norm_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
 def _qp_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
     def case(K: int, what: str, **params: Any) -> CaseInputs:
         B = rng.standard_normal((K, K))
-        return what, {"A": B @ B.T + 0.5 * np.eye(K), "b": rng.standard_normal(K)}, params
+        return what, {"A": _exact_gram(B) + 0.5 * np.eye(K), "b": rng.standard_normal(K)}, params
 
     return {
         "small": case(4, "K = 4"),
@@ -1016,31 +1032,88 @@ def load_case(path: Path | str) -> Json:
     return _decode(body, p.parent)
 
 
-def _compare(got: Any, want: Any, tol: Json, where: str) -> list[str]:
+class CaseCheck(NamedTuple):
+    """One case recomputed against its file (:func:`compare_vectors`).
+
+    Attributes
+    ----------
+    where : str
+        ``"<kind> <name>/<case>"``.
+    fails : list of str
+        One line per failing comparison (empty: the case agrees).
+    ulps : float
+        The largest difference of a floating-point output, in units in the last place of the
+        scale its tolerance measures it by, max(max |want|, 1): |got − want| / spacing(scale).
+        0 where every output is bit-identical, a few where a sum was taken in another order or a
+        SIMD exp/log rounded differently. inf where an integer or boolean output differs, the
+        shapes differ, or the case raised where it should not.
+    tolerance_used : float
+        The largest |got − want| / (atol + rtol·|want|): ≤ 1 passes.
+    """
+
+    where: str
+    fails: list[str]
+    ulps: float
+    tolerance_used: float
+
+
+def _distance(got: Any, want: Any, tol: Json) -> tuple[float, float]:
+    """(ulps, fraction of the tolerance) of one output; see :class:`CaseCheck`."""
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape:
+        return math.inf, math.inf
+    if tol.get("exact"):
+        same = bool(np.array_equal(g, w))
+        return (0.0, 0.0) if same else (math.inf, math.inf)
+    g, w = g.astype(np.float64), w.astype(np.float64)
+    if g.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(g - w)
+    if not np.all(np.isfinite(diff)):
+        same = bool(np.array_equal(g, w, equal_nan=True))
+        return (0.0, 0.0) if same else (math.inf, math.inf)
+    # The scale the tolerance measures the output by (atol = rtol · max(max |want|, 1)).
+    scale = tol["atol"] / tol["rtol"] if tol["rtol"] > 0 else float(np.max(np.abs(w)))
+    top = float(np.max(diff))
+    ulps = top / float(np.spacing(max(scale, np.finfo(np.float64).tiny)))
+    used = float(np.max(diff / (tol["atol"] + tol["rtol"] * np.abs(w))))
+    return ulps, used
+
+
+def _compare(got: Any, want: Any, tol: Json, where: str) -> tuple[list[str], float, float]:
+    """(failing comparisons, largest ulps, largest fraction of the tolerance)."""
     if isinstance(want, dict) and "rounds" in want:
         if len(got["rounds"]) != len(want["rounds"]):
-            return [f"{where}: {len(got['rounds'])} rounds, expected {len(want['rounds'])}"]
-        fails = []
+            n, n_want = len(got["rounds"]), len(want["rounds"])
+            return [f"{where}: {n} rounds, expected {n_want}"], math.inf, math.inf
+        fails, ulps, used = [], 0.0, 0.0
         for t, (g, w) in enumerate(zip(got["rounds"], want["rounds"], strict=True)):
-            fails += _compare(g, w, tol, f"{where} round {t}")
-        return fails
-    fails = []
+            f, u, x = _compare(g, w, tol, f"{where} round {t}")
+            fails, ulps, used = fails + f, max(ulps, u), max(used, x)
+        return fails, ulps, used
+    fails, ulps, used = [], 0.0, 0.0
     for k, w in want.items():
         if k not in got:
             fails.append(f"{where}: output {k!r} missing")
-        elif not _close(got[k], w, tol[k]):
+            ulps = used = math.inf
+            continue
+        u, x = _distance(got[k], w, tol[k])
+        ulps, used = max(ulps, u), max(used, x)
+        if not _close(got[k], w, tol[k]):
             g = np.asarray(got[k], dtype=np.float64)
             err = np.max(np.abs(g - np.asarray(w, dtype=np.float64))) if g.shape else 0.0
             fails.append(f"{where}: {k} differs (max |Δ| = {err:.3g}, tolerance {tol[k]})")
-    return fails
+    return fails, ulps, used
 
 
-def check_vectors(root: Path | str) -> list[str]:
+def compare_vectors(root: Path | str) -> list[CaseCheck]:
     """Recompute every case listed in ``root/index.json`` with this fairagg and compare with
-    the stored expectations; returns one line per failing comparison (empty: all agree)."""
+    the stored expectations: one :class:`CaseCheck` per case, in the index's order, with the
+    failing comparisons and how far the recomputed outputs are from the stored ones (in ulps
+    and as a fraction of the tolerance)."""
     base = Path(root)
     index = json.loads((base / "index.json").read_text())
-    fails = []
+    checks = []
     for entry in index["cases"]:
         case = load_case(base / entry["file"])
         where = f"{case['kind']} {case['name']}/{case['case']}"
@@ -1049,15 +1122,28 @@ def check_vectors(root: Path | str) -> list[str]:
             got = _compute(case["kind"], case["name"], case["inputs"], case["params"])
         except (ValueError, TypeError) as exc:
             if "error" not in want:
-                fails.append(f"{where}: raised {type(exc).__name__}: {exc}")
+                fail = f"{where}: raised {type(exc).__name__}: {exc}"
             elif want["error"]["type"] != type(exc).__name__:
-                fails.append(f"{where}: raised {type(exc).__name__}, expected {want['error']}")
+                fail = f"{where}: raised {type(exc).__name__}, expected {want['error']}"
+            else:
+                checks.append(CaseCheck(where, [], 0.0, 0.0))
+                continue
+            checks.append(CaseCheck(where, [fail], math.inf, math.inf))
             continue
         if "error" in want:
-            fails.append(f"{where}: expected {want['error']['type']}, computed a result")
+            fail = f"{where}: expected {want['error']['type']}, computed a result"
+            checks.append(CaseCheck(where, [fail], math.inf, math.inf))
             continue
-        fails += _compare(got, want, case["tolerance"], where)
-    return fails
+        fails, ulps, used = _compare(got, want, case["tolerance"], where)
+        checks.append(CaseCheck(where, fails, ulps, used))
+    return checks
+
+
+def check_vectors(root: Path | str) -> list[str]:
+    """Recompute every case listed in ``root/index.json`` with this fairagg and compare with
+    the stored expectations; returns one line per failing comparison (empty: all agree). See
+    :func:`compare_vectors` for the distance of each case."""
+    return [line for c in compare_vectors(root) for line in c.fails]
 
 
 _ARRAY = {

@@ -5,6 +5,7 @@ changed expectation."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from fairagg.vectors import (
     INLINE_MAX,
     SCHEMA,
     _encode,
+    _exact_gram,
     check_vectors,
+    compare_vectors,
     load_case,
     write_vectors,
 )
@@ -56,6 +59,48 @@ def test_vectors_regenerate_bit_for_bit_from_the_seed(fresh):
             for key in ("inputs", "params", "description", "formula", "seed", "args"):
                 assert a.get(key) == b.get(key), (rel, key)
             assert a["tolerance"].keys() == b["tolerance"].keys()
+
+
+def test_inputs_are_exact_sums_independent_of_blas():
+    """Derived inputs (a Gram matrix, a QP's A) are the correctly rounded sums of the products,
+    so they regenerate bit for bit on any machine (a BLAS product's last digits depend on its
+    kernel); the stored ones equal math.fsum recomputed here."""
+    gram = load_case(GOLDEN / "formulas" / "min_norm_weights" / "medium.json")["inputs"]["gram"]
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((30, 10)) * np.exp(rng.standard_normal((30, 1)))
+    G = _exact_gram(V)
+    want = np.array([[math.fsum(V[i] * V[j]) for j in range(30)] for i in range(30)])
+    np.testing.assert_array_equal(G, want)
+    np.testing.assert_array_equal(G, G.T)
+    assert gram.shape == (30, 30)
+    np.testing.assert_array_equal(gram, gram.T)
+
+
+def test_compare_reports_each_cases_distance_in_ulps(fresh, tmp_path, capsys):
+    """A set generated here is bit-identical (0 ulps everywhere); moving one stored entry by
+    3 ulps of its output's scale is reported as 3 ulps of that case, a passing comparison, and
+    a line of ``fairagg vectors --check``."""
+    checks = compare_vectors(fresh)
+    assert checks and all(c.fails == [] and c.ulps == 0.0 for c in checks)
+    root = tmp_path / "nudged"
+    shutil.copytree(fresh, root)
+    path = root / "rules" / "fedavg" / "small.json"
+    body = json.loads(path.read_text())
+    tol = body["tolerance"]["params"]
+    scale = tol["atol"] / tol["rtol"]
+    body["expected"]["rounds"][1]["params"]["data"][2] += 3 * float(np.spacing(scale))
+    path.write_text(json.dumps(body))
+    by_case = {c.where: c for c in compare_vectors(root)}
+    moved = by_case["rule fedavg/small"]
+    assert moved.fails == []
+    assert moved.ulps == pytest.approx(3.0, abs=0.5)
+    assert 0 < moved.tolerance_used < 1e-3
+    assert all(c.ulps == 0.0 for w, c in by_case.items() if w != "rule fedavg/small")
+    assert main(["vectors", "--check", "--out", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "rule fedavg/small" in out
+    n = len(checks)
+    assert f"{n} of {n} cases agree with this fairagg ({n - 1} bit-identical" in out
 
 
 def test_every_rule_and_formula_has_its_cases():
