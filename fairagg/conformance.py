@@ -243,9 +243,16 @@ def _fedmgda_terms(
     D = np.asarray(deltas, float)
     n = np.asarray(num_samples, float)
     lam0 = n / n.sum()
-    norms = np.linalg.norm(D, axis=1)
-    inv = np.divide(1.0, norms, out=np.zeros(D.shape[0]), where=norms > 0)
-    g = D * inv[:, None] if normalise else D.copy()
+    # ‖δ_k‖ at any scale: each row divided by its largest |entry| before squaring (a plain
+    # norm underflows to 0 below about 1e-154, and fairagg takes ĝ_k of such a row)
+    top = np.max(np.abs(D), axis=1)
+    R = np.divide(D, top[:, None], out=np.zeros_like(D), where=top[:, None] > 0)
+    r = np.linalg.norm(R, axis=1)
+    with np.errstate(over="ignore"):
+        norms = top * r
+        inv = np.divide(1.0, norms, out=np.zeros(D.shape[0]), where=norms > 0)
+    unit = np.divide(R, r[:, None], out=np.zeros_like(D), where=r[:, None] > 0)
+    g = unit if normalise else D.copy()
     eps = epsilon if box else 1.0
     lo, hi = np.maximum(0.0, lam0 - eps), np.minimum(1.0, lam0 + eps)
     G = g @ g.T

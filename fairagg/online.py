@@ -173,8 +173,14 @@ def aaggff_response(losses: Any, *, cdf: str = "weibull", scale: float = 1.0) ->
         raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
     name = check_choice(cdf, "cdf", tuple(RESPONSE_CDFS))
     s = check_real(scale, "scale", low=0.0, low_open=True)
-    mean = F.mean()
-    x = np.ones_like(F) if mean == 0.0 else F / mean
+    top = float(F.max())
+    if top == 0.0:
+        x = np.ones_like(F)
+    else:
+        # x_i is scale-free: divide by the power of two of the largest loss (exact) so that the
+        # mean neither overflows (losses near 1.8e308) nor loses digits to subnormals.
+        Fs = np.ldexp(F, -math.frexp(top)[1])
+        x = Fs / Fs.mean()
     return RESPONSE_CDFS[name](x) * s
 
 

@@ -148,8 +148,10 @@ def test_a_stateful_independent_afl_conforms():
 
 def test_fedmgda_solved_with_cvxpy_conforms_at_a_solver_tolerance():
     def fedmgda(params, deltas, num_samples, epsilon, server_lr):
-        norms = np.linalg.norm(deltas, axis=1)
-        g = np.divide(deltas, norms[:, None], out=np.zeros_like(deltas), where=norms[:, None] > 0)
+        top = np.max(np.abs(deltas), axis=1, keepdims=True)  # no underflow in the norms
+        R = np.divide(deltas, top, out=np.zeros_like(deltas), where=top > 0)
+        norms = np.linalg.norm(R, axis=1)
+        g = np.divide(R, norms[:, None], out=np.zeros_like(R), where=norms[:, None] > 0)
         lam0 = num_samples / num_samples.sum()
         lam = cp.Variable(len(lam0))
         cons = [cp.sum(lam) == 1, lam >= np.maximum(0, lam0 - epsilon)]
@@ -180,7 +182,9 @@ def test_a_norm_not_squared_is_caught_minimised_and_named():
     # caught by generated inputs alone, too, minimised by hypothesis
     report = check(bad, "qfedavg_step", golden=False, raise_on_mismatch=False)
     assert report.mismatch.source == "hypothesis"
-    assert report.mismatch.inputs["deltas"].shape == (1, 1)
+    # Small, not an exact shape: hypothesis also draws constants from the modules loaded before
+    # it (the validate scripts' tests, say), which can change where shrinking stops.
+    assert report.mismatch.inputs["deltas"].size <= 4
     assert report.mismatch.diagnosis.startswith("h differs: your norm is not squared")
 
 
@@ -221,7 +225,7 @@ def test_weights_not_renormalised_over_the_selected_clients_are_caught():
     report = check(bad, "aaggff_aggregate", raise_on_mismatch=False)
     m = report.mismatch
     assert m.diagnosis.startswith("weights differs: weights not renormalised over the selected")
-    assert m.inputs["selected"].size == 1 and m.inputs["deltas"].shape == (1, 1)  # shrunk
+    assert m.inputs["selected"].size <= 2 and m.inputs["deltas"].size <= 4  # shrunk, small
     assert m.case.endswith(", shrunk")
 
 

@@ -28,8 +28,16 @@ projection onto δ_j, ḡ against a pair of antiparallel updates) as ±round-off
 conflict set, unlike the projections, jumps with their sign. So with g = Σ_l c_l u_l over the
 vectors u_l involved, u·g counts as a conflict only when u·g < −ρ ‖u‖ Σ_l |c_l| ‖u_l‖, and ḡ counts
 as 0 when ‖ḡ‖ ≤ ρ Σ_l |c_l| ‖u_l‖ (its direction would be noise blown up to full length), with
-ρ = ``RHO`` = 1e-11. An update whose squared norm underflows (‖δ‖ below about 1.5e-154) counts as
-zero: it is no projection target, is not projected and conflicts with nothing.
+ρ = ``RHO`` = 1e-11. An update whose squared norm is subnormal relative to the largest one
+(‖δ_k‖² < 2^-1022 P, P the largest power of two ≤ max_l ‖δ_l‖², so ‖δ_k‖ below about 1.5e-154
+times the largest norm) counts as zero: it is no projection target, is not projected and
+conflicts with nothing.
+
+Every scale. g is positively homogeneous in the updates (round and window together): every test
+and projection is scale-free. Where a squared norm leaves [2^-968, 2^1000] (updates beyond about
+1e±145), the direction is computed on the updates divided by one power of two (exact) and scaled
+back, so it is the same at every scale where the inputs and the step are finite; a step beyond
+float64 is a ValueError.
 
 Two implementations compute the same numbers (to round-off; ``method=``):
 
@@ -71,7 +79,7 @@ from .._checks import (
     check_real,
 )
 from ..kernels import check_backend, gram, two_combinations
-from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
+from ..types import Aggregate, RoundReports, Rule, check_reports, check_state, client_indices
 
 __all__ = [
     "FEDFV_METHODS",
@@ -347,16 +355,25 @@ def fedfv_direction(
     D64 = D.astype(np.float64, copy=False)
     H = history.updates
     H64 = (H if used.size == H.shape[0] else H[used]).astype(np.float64, copy=False)
-    with np.errstate(over="ignore", invalid="ignore"):  # diagnosed below, naming the argument
-        if method == "gram":
-            out = _gram(D64, H64, perm, kept, groups, backend)
-        else:
-            out = _vector(D64, H64, perm, kept, groups)
+
+    def run(D_: np.ndarray, H_: np.ndarray) -> tuple | None:
+        with np.errstate(over="ignore", invalid="ignore"):  # out of range: None, scaled below
+            if method == "gram":
+                return _gram(D_, H_, perm, kept, groups, backend)
+            return _vector(D_, H_, perm, kept, groups)
+
+    out = run(D64, H64)
+    e = 0
     if out is None:
+        # Squared norms out of [2^-968, 2^1000]: the direction is positively homogeneous in the
+        # updates (tests and projections are scale-free), so compute it on the updates divided
+        # by one power of two (exact) that puts the largest entry in [2^30, 2^31), and scale
+        # back. The Gram path skipped the finiteness pass: a NaN or inf input is reported here.
         check_finite(D, "deltas")
-        raise ValueError(
-            "deltas (or history.updates) are too large: a squared norm overflows float64"
-        )
+        top = max(float(np.max(np.abs(D64))), float(np.max(np.abs(H64), initial=0.0)))
+        e = math.frexp(top)[1] - 31  # largest entry in [2^30, 2^31): its square ≥ 2^60
+        out = run(np.ldexp(D64, -e), np.ldexp(H64, -e))
+        assert out is not None  # every squared norm of the scaled updates is in range
     c, C, counts, g_bar, mean, norms, dots = out
     # Rescale (Alg. 1, line 11); a ḡ cancelled to round-off is 0.
     size = float(np.abs(c) @ norms)
@@ -368,8 +385,13 @@ def fedfv_direction(
         scale = 1.0
     else:
         scale = target / g_norm
-    direction = g_bar * scale
-    check_finite(direction, "the FedFV direction")
+    with np.errstate(over="ignore"):
+        direction = np.ldexp(g_bar * scale, e)
+    if not np.all(np.isfinite(direction)):
+        raise ValueError(
+            "deltas are too large: the FedFV step (as long as the mean update) has entries "
+            "beyond float64's range (about 1.8e308)"
+        )
     history_weights = np.zeros(history.updates.shape[0])
     history_weights[used] = c[m:] * scale
     remaining = 0
@@ -405,10 +427,40 @@ def _conflict(dot: float, scale: float) -> bool:
     return scale > 0.0 and dot < -RHO * scale
 
 
+#: The plain computation is used where every non-zero squared norm lies in [2^-968, 2^1000]
+#: (and every zero one belongs to a zero row): no product or partial sum over- or underflows
+#: and no subnormal square loses digits. Elsewhere fedfv_direction scales the updates.
+_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
+
+
+def _in_range(sq: np.ndarray, D: np.ndarray, H: np.ndarray) -> bool:
+    """Every decision of :func:`_norms` and every Gram entry it keeps are exact to rounding:
+    the squares are finite and ≤ 2^1000, and each one is ≥ 2^-968 (no digits lost to
+    underflow), or below it where the zero threshold 2^-1022 P is ≥ 2^-967 (P ≥ 2^55: its true
+    value, at most 2^-968 + d 2^-1022 even if every product was flushed, is below the
+    threshold: a zero update either way), or the exact 0 of a zero row."""
+    if not np.all(np.isfinite(sq)) or sq.max(initial=0.0) > _SQ_HIGH:
+        return False
+    small = sq < _SQ_LOW
+    if not small.any() or sq.max(initial=0.0) >= 2.0**55:
+        return True
+    rows = np.flatnonzero(small)
+    if np.any(sq[rows]):
+        return False
+    m = D.shape[0]  # zero squares: zero rows only, not squares that underflowed
+    return not (np.any(D[rows[rows < m]]) or np.any(H[rows[rows >= m] - m]))
+
+
 def _norms(sq: np.ndarray) -> np.ndarray:
-    """‖u‖ from ‖u‖², 0 where the square underflows to a subnormal or 0 (BLAS kernels may flush
-    subnormals to 0, a dot product may not: both paths must see the same zeros)."""
-    return np.sqrt(np.where(sq >= np.finfo(np.float64).tiny, sq, 0.0))
+    """‖u‖ from ‖u‖², 0 for an update whose squared norm is below 2^-1022 P, P the largest
+    power of two ≤ max ‖u_l‖² (subnormal relative to the largest): a scale-free test, decided
+    between normal numbers on both paths (BLAS kernels may flush subnormals to 0, a dot product
+    may not: both must see the same zeros)."""
+    top = float(sq.max(initial=0.0))
+    if top == 0.0:
+        return np.zeros_like(sq)
+    threshold = math.ldexp(1.0, math.frexp(top)[1] - 1 - 1022)
+    return np.sqrt(np.where(sq >= threshold, sq, 0.0))
 
 
 def _vector(D, H, perm, kept, groups):
@@ -417,7 +469,7 @@ def _vector(D, H, perm, kept, groups):
     m = D.shape[0]
     U = np.concatenate([D, H]) if H.shape[0] else D
     sq_all = np.array([float(u @ u) for u in U])
-    if not np.all(np.isfinite(sq_all)):
+    if not _in_range(sq_all, D, H):
         return None
     norms = _norms(sq_all)
     sq = norms[:m] ** 2
@@ -477,8 +529,8 @@ def _gram(D, H, perm, kept, groups, backend):
             G[m:, :m] = H @ D.T
             G[:m, m:] = G[m:, :m].T
             G[m:, m:] = H @ H.T
-    if not np.all(np.isfinite(np.diag(G))):
-        return None  # a non-finite update, or one whose squared norm overflows
+    if not _in_range(np.diag(G), D, H):
+        return None  # a non-finite update, or squared norms out of range
     norms = _norms(np.diag(G))
     Gd = G[:m, :m]
     diag = norms[:m] ** 2
@@ -614,6 +666,7 @@ def fedfv(
         return FedFVState(K, 0, empty)
 
     def step(params: np.ndarray, reports: RoundReports, state: FedFVState) -> Aggregate:
+        check_state(state, FedFVState, "fedfv")
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=needs)
         ids = client_indices(reports, state.num_clients)
@@ -639,7 +692,12 @@ def fedfv(
             backend=backend,
         )
         check_finite(theta, "params")
-        new = np.subtract(theta, res.direction, dtype=np.result_type(theta, reports.deltas))
+        with np.errstate(over="ignore", invalid="ignore"):
+            new = np.subtract(theta, res.direction, dtype=np.result_type(theta, reports.deltas))
+        if not np.all(np.isfinite(new)):
+            raise ValueError(
+                "params minus the FedFV step overflows float64 (both are near 1.8e308 in magnitude)"
+            )
         history = _next_history(past, reports.deltas, ids, t, tau, variant)
         info = {
             "weights": res.weights,

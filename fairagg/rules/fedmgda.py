@@ -13,10 +13,17 @@ With ĝ_k = δ_k/‖δ_k‖ (a zero δ_k contributes ĝ_k = 0) and λ0_k = n_k/�
 ε = 0 gives λ* = λ0 (FedAvg on normalised updates); ε ≥ 1 gives plain MGDA (the min-norm point of
 the convex hull). The QP is solved exactly by :func:`fairagg.simplex.min_norm_weights` on the Gram
 matrix of the ĝ_k (one (m, m) product of the updates, then O(m³) work).
+
+Every scale. λ* and the step depend on the directions ĝ_k alone. Where a squared norm of the raw
+updates leaves [2^-968, 2^1000] (updates beyond about 1e±145), each row is divided by its largest
+entry's power of two (exact) before the Gram matrix is formed, so the answer is the same at every
+scale; only an exactly zero row counts as zero. The weights a_k = η λ*_k / ‖δ_k‖ on the raw δ_k
+are a ValueError where they exceed float64 (a row of only subnormal entries).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -84,13 +91,24 @@ def fedmgda_weights(
     eps = check_real(epsilon, "epsilon", low=0.0)
     eta = check_real(server_lr, "server_lr", low=0.0)
     check_backend(backend)
-    gram = kernel_gram(D, backend)  # one GEMM; ⟨ĝ_i, ĝ_j⟩ = G_ij / (‖δ_i‖ ‖δ_j‖)
-    if on_device and not np.all(np.isfinite(np.diag(gram))):  # a NaN or inf reaches ‖δ_k‖²
-        raise ValueError(
-            "deltas must be finite, with squared norms that fit in float64 (a NaN or infinity "
-            "reached the Gram matrix's diagonal)"
-        )
-    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = kernel_gram(D, backend)  # one GEMM; ⟨ĝ_i, ĝ_j⟩ = G_ij / (‖δ_i‖ ‖δ_j‖)
+    sq = np.diag(gram)
+    if on_device and np.any(np.isnan(sq)):  # a NaN reached ‖δ_k‖² (an inf may be an overflow)
+        raise ValueError("deltas must be finite (a NaN reached the Gram matrix's diagonal)")
+    e = np.zeros(m, dtype=np.int64)
+    if not _gram_in_range(sq, D, on_device):
+        # ĝ_k does not depend on ‖δ_k‖: divide each row by its largest entry's power of two
+        # (exact) and take the Gram matrix of those rows, whose squares cannot over- or
+        # underflow. Rare (updates beyond about 1e±145), so a device array comes to the host.
+        H = D.copy_to_host() if on_device else np.asarray(D, dtype=np.float64)
+        if on_device and not np.all(np.isfinite(H)):
+            raise ValueError("deltas must be finite (a NaN or infinity is on the device)")
+        e = np.frexp(np.max(np.abs(H), axis=1))[1].astype(np.int64)
+        R = np.ldexp(H, -e[:, None].astype(np.int32))
+        gram = kernel_gram(R, "numpy" if on_device else backend)
+        sq = np.diag(gram)
+    norms = np.sqrt(np.maximum(sq, 0.0))  # ‖δ_k‖ 2^-e_k
     inv = np.divide(1.0, norms, out=np.zeros(m), where=norms > 0)
     G = gram * inv[:, None] * inv[None, :]
     lo = np.maximum(0.0, lam0 - eps)
@@ -100,7 +118,37 @@ def fedmgda_weights(
     else:
         lam = min_norm_weights(G, lower=lo, upper=hi).x
     value = float(lam @ G @ lam)
-    return MGDAWeights(lam, eta * lam * inv, float(np.sqrt(max(value, 0.0))))
+    with np.errstate(over="ignore"):
+        weights = np.ldexp(eta * lam * inv, -e.astype(np.int32))  # η λ_k / ‖δ_k‖
+    if not np.all(np.isfinite(weights)):
+        k = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(
+            f"deltas[{k}] is too short: the weight η λ_k / ‖δ_k‖ = η λ_k / "
+            f"{math.ldexp(float(norms[k]), int(e[k])):.3g} on it exceeds float64 (a row of "
+            "only subnormal entries); scale the updates up"
+        )
+    return MGDAWeights(lam, weights, float(np.sqrt(max(value, 0.0))))
+
+
+#: The Gram matrix of the raw updates is exact to rounding where every non-zero squared norm lies
+#: in [2^-968, 2^1000]: no product or partial sum (bounded by Cauchy-Schwarz) overflows, and the
+#: products that underflow are below 2^-106 of the norms they are divided by.
+_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
+
+
+def _gram_in_range(sq: np.ndarray, D: Any, on_device: bool) -> bool:
+    if not np.all(np.isfinite(sq)):
+        return False
+    nz = sq != 0
+    if np.any(sq[nz] < _SQ_LOW) or np.any(sq[nz] > _SQ_HIGH):
+        return False
+    if nz.all():
+        return True
+    # a zero squared norm must be a zero row, not squares that underflowed
+    rows = np.flatnonzero(~nz)
+    H = D[int(rows[0]) : int(rows[-1]) + 1]
+    H = H.copy_to_host() if on_device else np.asarray(H)
+    return not np.any(H[rows - rows[0]])
 
 
 def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "numpy") -> Rule:

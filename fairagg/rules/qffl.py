@@ -13,10 +13,22 @@ Conventions (SPEC §2): L = 1/lr; F̃_k = F_k(θ^t) + ε with ε = 1e-10 by defa
 whole flattened parameter vector; the sums over the selected clients carry **no** n_k weights, so
 q = 0 gives the unweighted mean of the client models.
 
-Overflow. Δ_k = F̃_k^q Δw_k and h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q share the factor F̃_k^q, and the
-step Σ Δ_k / Σ h_k is unchanged when every F̃_k^q is divided by the largest one. The steps compute
-u_k = F̃_k^q / max_j F̃_j^q in log space, so a large q (the AFL limit) never overflows; only the
-reported Σ h_k, F̃^q times the rest, may be +inf.
+Alg. 1's Δw_k. The paper's Alg. 1, line 6 writes Δw_k = w^t − w̄_k^{t+1} = δ_k, with L only in
+h_k's L F_k^q. fairagg follows SPEC §2 and both public codes (the q-FFL authors' and FLGo's),
+which use Δw_k = L·δ_k, the local update read as an estimate of the gradient times the step 1/L
+(the paper's own derivation: "we replace the gradient of the local functions, ∇F_k, in the
+q-FedSGD steps with the local update vectors"). The two differ whenever lr ≠ 1: the literal text
+is :func:`qfedavg_step` with ``lr=1`` on the same δ_k and L in h_k only, which fairagg does not
+offer as a variant.
+
+Every scale. Δ_k = F̃_k^q Δw_k and h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q share the factor F̃_k^q,
+and the step Σ Δ_k / Σ h_k is unchanged when every F̃_k^q is divided by the largest one:
+u_k = (F̃_k / max_j F̃_j)^q, so a large q (the AFL limit) never overflows. The plain computation
+is used where every squared norm lies in [2^-968, 2^1000] and no u_k is below 2^-968; elsewhere
+(updates near 1e±154 and beyond, lr far from 1, losses spanning hundreds of decades) the step
+is computed in scaled form, each ‖δ_k‖² from its row divided by a power of two and Σ h_k as a
+mantissa and a binary exponent, so the step is exact to rounding wherever it is representable,
+and a ValueError where it is not. Only the reported Σ h_k, max F̃^q times the rest, may be +inf.
 """
 
 from __future__ import annotations
@@ -52,7 +64,8 @@ class QStep(NamedTuple):
     params : ndarray, shape (d,)
         θ^{t+1} = θ^t − Σ_k Δ_k / Σ_k h_k.
     h_sum : float
-        Σ_k h_k (Alg. 1's step denominator; +inf if F̃^q overflows float64).
+        Σ_k h_k (Alg. 1's step denominator; +inf where it exceeds float64, the step itself being
+        computed in scaled form).
     weights : ndarray, shape (m,)
         The weight of each client's Δw_k in the step, F̃_k^q / Σ_j h_j (they need not sum to 1).
     """
@@ -136,22 +149,153 @@ def _q_step(
                 "static_step=True the step is lr times F̃^q-weighted gradients: lower q"
             )
         w = Fq / (m * L)
-        return QStep(theta - weighted_sum(scale * w, D, backend), m * L, w)
-    # u_k = F̃_k^q / max_j F̃_j^q, exactly 1 when q = 0 (0^0 = 1 for a zero loss)
+        step = _scaled_weighted_sum(scale * w, D, backend)
+        return QStep(_subtract(theta, step), m * L, w)
+    # u_k = F̃_k^q / max_j F̃_j^q = (F̃_k / max_j F̃_j)^q (relative error about q·eps; the log
+    # form exp(q log F̃_k − log max F̃^q) errs by eps·|log|, up to 700 eps), exactly 1 when q = 0
+    # (0^0 = 1 for a zero loss). A ratio that underflows leaves the plain path (see _in_range).
     log_max = 0.0 if q == 0 else q * float(np.log(Ft).max())  # log max_j F̃_j^q
-    u = np.ones(m) if q == 0 else np.exp(q * np.log(Ft) - log_max)
-    if backend == "numpy":
-        sq = scale * scale * np.einsum("ij,ij->i", D, D)  # ‖Δw_k‖² over the flattened vector
-    else:
-        direction, sq_raw = weighted_sum_sq_norms(u, D, backend)  # one pass over D
+    with np.errstate(under="ignore"):
+        u = np.ones(m) if q == 0 else (Ft / Ft.max()) ** q
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if backend == "numpy":
+            sq_raw = np.einsum("ij,ij->i", D, D)  # ‖δ_k‖² over the flattened vector
+        else:
+            direction, sq_raw = weighted_sum_sq_norms(u, D, backend)  # one pass over D
         sq = scale * scale * sq_raw
-    h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
-    denom = float(u @ h_rel)
-    w = u / denom
-    step = (scale * w) @ D if backend == "numpy" else direction * (scale / denom)
-    # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
-    h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
-    return QStep(theta - step, h_sum, w)
+        h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
+        denom = float(u @ h_rel)
+    if q == 0 or (u.min() >= _SQ_LOW and _in_range(sq_raw, D, h_rel, denom)):
+        w = u / denom
+        with np.errstate(over="ignore", invalid="ignore"):
+            step = (scale * w) @ D if backend == "numpy" else direction * (scale / denom)
+        if np.all(np.isfinite(step)):
+            # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
+            h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
+            return QStep(_subtract(theta, step), h_sum, w)
+    # Where a ratio underflowed, u_k in log form keeps the digits its q u_k / F̃_k may need.
+    u = np.exp(q * np.log(Ft) - log_max)
+    return _q_step_scaled(theta, D, Ft, u, log_max, q, L, scale, backend)
+
+
+#: The plain computation is used where every squared norm lies in [2^-968, 2^1000] (or is the
+#: exact 0 of a zero row): no product or partial sum over- or underflows, and no subnormal
+#: square loses digits. Elsewhere the step is computed in scaled form (:func:`_q_step_scaled`).
+_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
+_LN2 = math.log(2.0)
+
+
+def _in_range(sq: np.ndarray, D: np.ndarray, h_rel: np.ndarray, denom: float) -> bool:
+    if not (np.all(np.isfinite(h_rel)) and math.isfinite(denom) and denom > 0):
+        return False
+    nz = sq != 0
+    if np.any(sq[nz] < _SQ_LOW) or np.any(sq[nz] > _SQ_HIGH):
+        return False
+    # a zero squared norm must come from a zero row, not from squares that underflowed
+    return not np.any(D[~nz]) if not nz.all() else True
+
+
+def _scaled_sum(values: np.ndarray, exps: np.ndarray) -> tuple[float, int]:
+    """Σ_k values_k 2^exps_k (values ≥ 0) as (mantissa, exponent): neither the terms nor the sum
+    over- or underflow, and terms below 2^-1074 of the largest vanish as they would in an exact
+    sum rounded to float64."""
+    keep = values > 0
+    if not keep.any():
+        return 0.0, 0
+    mant, e = np.frexp(values[keep])
+    tot = e.astype(np.int64) + exps[keep]
+    top = int(tot.max())
+    return float(np.ldexp(mant, (tot - top).astype(np.int32)).sum()), top
+
+
+def _ldexp(x: Any, e: int) -> Any:
+    """x · 2^e without an exception: ±inf where it overflows, (sub)normal rounding below."""
+    e = int(np.clip(e, -4000, 4000))
+    with np.errstate(over="ignore", under="ignore"):
+        return np.ldexp(x, e)
+
+
+def _q_step_scaled(
+    theta: np.ndarray,
+    D: np.ndarray,
+    Ft: np.ndarray,
+    u: np.ndarray,
+    log_max: float,
+    q: float,
+    L: float,
+    scale: float,
+    backend: str,
+) -> QStep:
+    """The q-FedAvg / q-FedSGD step where norms or sums leave float64's range (updates near
+    1e±154 and beyond, lr far from 1, losses near 0 or 1e308), exact to rounding: each
+    ‖δ_k‖² = ‖δ_k 2^-e_k‖² 2^(2 e_k) from the row scaled by its largest entry's power of two,
+    each coefficient q F̃_k^(q-1) / max_j F̃_j^q in log form, Σ h_k as a (mantissa, exponent)
+    pair, and the step x Σ_k u_k δ_k / Σ_k h_k with Σ_k u_k δ_k over the updates scaled by one
+    power of two and x = ``scale`` formed with ldexp, so that nothing overflows before the
+    result and nothing underflows that the result keeps."""
+    m = D.shape[0]
+    row_max = np.max(np.abs(D), axis=1)
+    e = np.frexp(row_max)[1].astype(np.int64)  # row_max = f 2^e, f ∈ [1/2, 1); 0 for a 0 row
+    R = np.ldexp(D, -e[:, None].astype(np.int32))  # each row's largest entry in [1/2, 1)
+    sq_rows = np.einsum("ij,ij->i", R, R)
+    ms, es = math.frexp(scale)  # x = ms 2^es
+    # h_k = q F̃_k^(q-1) x² ‖δ_k‖² + L F̃_k^q, divided by max_j F̃_j^q: the first terms carry the
+    # factor x² 2^(2 e_k), the last is L u_k (exponent 0).
+    if q == 0:
+        coef = np.zeros(m)
+        coef_exp = np.zeros(m, dtype=np.int64)
+    else:
+        log_c = math.log(q) + (q - 1.0) * np.log(Ft) - log_max  # log(q u_k / F̃_k)
+        coef_exp = np.floor(log_c / _LN2).astype(np.int64)
+        coef = np.exp(log_c - coef_exp * _LN2)  # in [1, 2)
+    terms = np.concatenate([coef * sq_rows * ms * ms, u * L])
+    exps = np.concatenate([coef_exp + 2 * e + 2 * es, np.zeros(m, dtype=np.int64)])
+    dm, E = _scaled_sum(terms, exps)  # Σ_k u_k h_rel_k = dm 2^E
+    top = int(e.max())
+    U = np.ldexp(D, -top)  # one power of two: exact, entries ≤ 1 in magnitude
+    V = weighted_sum(u, U, backend)  # Σ_k u_k δ_k 2^-top
+    step = _ldexp(np.asarray(V, dtype=np.float64) * (ms / dm), es + top - E)
+    if not np.all(np.isfinite(step)):
+        raise ValueError(
+            "the q-FFL step overflows float64 for these deltas (or grads) and lr: its entries "
+            "exceed about 1.8e308"
+        )
+    w = _ldexp(u / dm, -E)
+    n = math.floor(log_max / _LN2)
+    h_sum = float(_ldexp(dm * math.exp(log_max - n * _LN2), E + n))
+    return QStep(_subtract(theta, step), h_sum, w)
+
+
+def _scaled_weighted_sum(w: np.ndarray, D: np.ndarray, backend: str) -> np.ndarray:
+    """Σ_k w_k D_k, exact to rounding where the result is representable: where the plain sum
+    overflows in a partial sum (or underflows to subnormals), it is taken over D scaled by one
+    power of two and scaled back; a result beyond float64 is a ValueError."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray(weighted_sum(w, D, backend), dtype=np.float64)
+    big = float(np.max(np.abs(out))) if out.size else 0.0
+    if np.all(np.isfinite(out)) and (big == 0.0 or big >= 2.0**-968):
+        return out
+    top = int(np.frexp(np.max(np.abs(D)))[1])
+    ww, ew = np.frexp(w)
+    tw = int(ew.max()) if w.size else 0
+    V = weighted_sum(np.ldexp(ww, (ew - tw).astype(np.int32)), np.ldexp(D, -top), backend)
+    out = _ldexp(np.asarray(V, dtype=np.float64), top + tw)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            "the step overflows float64 for these grads, losses and lr: its entries exceed "
+            "about 1.8e308"
+        )
+    return out
+
+
+def _subtract(theta: np.ndarray, step: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        new = theta - step
+    if not np.all(np.isfinite(new)):
+        raise ValueError(
+            "params minus the step overflows float64 (both are near 1.8e308 in magnitude)"
+        )
+    return new
 
 
 def qfedavg_step(
@@ -166,7 +310,9 @@ def qfedavg_step(
 ) -> QStep:
     """q-FedAvg's server update (q-FFL Alg. 1; SPEC §2).
 
-    With L = 1/lr, Δw_k = L δ_k (δ_k = θ^t − θ_k, SPEC §0), F̃_k = F_k(θ^t) + ε:
+    With L = 1/lr, Δw_k = L δ_k (δ_k = θ^t − θ_k, SPEC §0; the public codes' reading of Alg. 1,
+    whose text has Δw_k = δ_k: the two differ whenever lr ≠ 1, see the module docstring),
+    F̃_k = F_k(θ^t) + ε:
     Δ_k = F̃_k^q Δw_k, h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q, θ^{t+1} = θ^t − Σ_k Δ_k / Σ_k h_k.
     q = 0 gives the unweighted mean of the client models θ_k.
 

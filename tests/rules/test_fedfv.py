@@ -65,11 +65,19 @@ def fedfv_rounds(draw, max_m=20, max_d=10, history=True):
     return D, losses, kwargs
 
 
+def norm(x, axis=None):
+    """The Euclidean norm at any scale (np.linalg.norm squares, so it underflows below about
+    1e-154 and overflows above 1e154): each vector divided by its largest |entry| first."""
+    x = np.asarray(x, dtype=np.float64)
+    top = np.max(np.abs(x), axis=axis, keepdims=True, initial=0.0)
+    scaled = np.divide(x, top, out=np.zeros_like(x), where=top > 0)
+    return np.squeeze(top, axis=axis) * np.linalg.norm(scaled, axis=axis)
+
+
 def roundoff_scale(D, H, res):
     """Σ_l |c_l| ‖u_l‖ over the vectors the result combines: the size of its round-off."""
     return float(
-        np.abs(res.weights) @ np.linalg.norm(D, axis=1)
-        + np.abs(res.history_weights) @ np.linalg.norm(H, axis=1)
+        np.abs(res.weights) @ norm(D, axis=1) + np.abs(res.history_weights) @ norm(H, axis=1)
     )
 
 
@@ -89,15 +97,15 @@ def test_gram_version_equals_the_vector_version(r):
     scale = max(roundoff_scale(D, H, v), 1e-300)
     np.testing.assert_allclose(g.direction, v.direction, rtol=0, atol=1e-12 * scale)
     # Coefficients: each term C_ij δ_j to 1e-12 of its row's round-off scale.
-    norms = np.linalg.norm(D, axis=1)
+    norms = norm(D, axis=1)
     row_scale = np.abs(v.coefficients) @ norms
     err = np.abs(g.coefficients - v.coefficients) * norms[None, :]
     assert np.all(err <= 1e-12 * row_scale[:, None] + 1e-300)
     np.testing.assert_allclose(g.weights * norms, v.weights * norms, rtol=0, atol=1e-12 * scale)
     # Rescaled.
     out = {m: fedfv_direction(D, losses, method=m, **kw) for m in ("gram", "vector")}
-    target = np.linalg.norm(D.mean(axis=0))
-    g_norm = np.linalg.norm(v.direction)
+    target = norm(D.mean(axis=0))
+    g_norm = norm(v.direction)
     if g_norm == 0.0:
         assert not np.any(out["gram"].direction) and not np.any(out["vector"].direction)
         return
@@ -184,9 +192,9 @@ def test_two_clients_by_hand():
     for method in ("gram", "vector"):
         res = fedfv_direction(D, [0.1, 0.2], alpha=0.0, method=method)
         g_bar = np.array([0.25, 0.75])
-        assert_close(res.direction, g_bar * 0.5 / np.linalg.norm(g_bar))
+        assert_close(res.direction, g_bar * 0.5 / norm(g_bar))
         assert_close(res.coefficients, np.array([[1.0, 0.5], [1.0, 1.0]]))
-        assert_close(res.weights, np.array([1.0, 0.75]) * 0.5 / np.linalg.norm(g_bar))
+        assert_close(res.weights, np.array([1.0, 0.75]) * 0.5 / norm(g_bar))
         assert (res.conflicts_found, res.projections, res.conflicts_remaining) == (1, 2, 0)
         half = fedfv_direction(D, [0.1, 0.2], alpha=0.5, method=method, rescale=False)
         assert_close(half.direction, np.array([-0.25, 0.75]))
@@ -265,12 +273,31 @@ def test_each_variant_first_looks_back_where_its_algorithm_says(tau):
     hist = FedFVHistory(np.array([[-1.0, -1.0]]), np.array([0]), np.array([7]))
     for t in range(1, tau + 2):
         for variant, first in (("paper", tau), ("flgo", tau - 1)):
-            res = fedfv_direction(
-                D, [1.0], round_index=t, history=hist, tau=tau, variant=variant
-            )
+            res = fedfv_direction(D, [1.0], round_index=t, history=hist, tau=tau, variant=variant)
             lo = t - tau if variant == "paper" else t - tau + 1
             reaches_round_0 = t >= first and lo <= 0
             assert res.external_projections == int(reaches_round_0), (variant, t)
+
+
+@pytest.mark.parametrize("scale_exp", [0, -600, 600])
+def test_an_update_subnormal_relative_to_the_largest_counts_as_zero(scale_exp):
+    """Rows (1e-160, 0, 0), (−1, ½, 0), (0.3, −1, 0.2): the first squared norm, 1e-320, is
+    below 2^-1022 times the largest, so the first update is no projection target and is not
+    projected: the round is the round with that row replaced by 0 (the mean moves by 1e-160/3,
+    invisible), and the same decision is taken at every scale (the rows × 2^±600 included).
+    Taken as a target, δ₁·δ₀ = −1e-160 < 0 would remove δ₁'s first component."""
+    D = np.ldexp(np.array([[1e-160, 0.0, 0.0], [-1.0, 0.5, 0.0], [0.3, -1.0, 0.2]]), scale_exp)
+    Z = D.copy()
+    Z[0] = 0.0
+    losses = [0.1, 0.2, 0.3]
+    for method in ("gram", "vector"):
+        got = fedfv_direction(D, losses, alpha=0.0, method=method)
+        want = fedfv_direction(Z, losses, alpha=0.0, method=method)
+        back = [np.ldexp(r.direction, -scale_exp) for r in (got, want)]  # exact
+        assert_close(*back)
+        assert_close(got.coefficients, want.coefficients)
+        np.testing.assert_array_equal(got.coefficients[0], [1.0, 0.0, 0.0])
+        assert got.projections == want.projections
 
 
 def test_external_window_goes_oldest_first_and_sums_only_conflicting_updates():
@@ -473,8 +500,16 @@ def test_bad_round_input_raises_naming_the_argument():
         for bad in (np.nan, np.inf):
             with pytest.raises(ValueError, match="deltas must be finite"):
                 fedfv_direction(np.array([[1.0, 0.0], [bad, 1.0]]), [0.0, 1.0], method=method)
-        with pytest.raises(ValueError, match="deltas .* too large"):
-            fedfv_direction(np.array([[1.0, 0.0], [1e200, 1.0]]), [0.0, 1.0], method=method)
+        # Squares beyond float64 are no error: the direction is computed on scaled updates.
+        big = np.array([[1.0, 0.0], [1e200, 1.0]])
+        scaled = fedfv_direction(np.ldexp(big, -700), [0.0, 1.0], method=method).direction
+        got = fedfv_direction(big, [0.0, 1.0], method=method).direction
+        np.testing.assert_array_equal(got, np.ldexp(scaled, 700))
+    # A step whose sum with params leaves float64 is an error naming params.
+    rule = fedfv(alpha=0.0, tau=0)
+    theta = np.array([-1.5e308, 0.0])
+    with pytest.raises(ValueError, match="params"):
+        rule.step(theta, reports(np.array([[1e308, 0.0]]), [1.0], [0], 1), rule.init(theta, 1))
     with pytest.raises(ValueError, match="losses"):
         fedfv_direction(D, [0.0])
     with pytest.raises(ValueError, match="losses"):

@@ -30,8 +30,12 @@ def update_sets(draw, max_m=8, max_d=6):
 
 
 def normalised(D):
-    n = np.linalg.norm(D, axis=1)
-    return np.divide(D, n[:, None], out=np.zeros_like(D), where=n[:, None] > 0)
+    """ĝ_k = δ_k/‖δ_k‖ at any scale: each row is first divided by its largest |entry| (so that
+    no square underflows); only an exactly zero row gives 0."""
+    top = np.max(np.abs(D), axis=1, keepdims=True)
+    R = np.divide(D, top, out=np.zeros_like(D), where=top > 0)
+    n = np.linalg.norm(R, axis=1)
+    return np.divide(R, n[:, None], out=np.zeros_like(D), where=n[:, None] > 0)
 
 
 @settings(max_examples=60, deadline=None)
