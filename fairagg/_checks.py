@@ -165,10 +165,22 @@ def as_int_array(
     x: Any, name: str, *, ndim: int | None = 1, min_value: int | None = None
 ) -> np.ndarray:
     """Convert ``x`` to an int64 array, rejecting floats with a fractional part."""
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except OverflowError as exc:  # a Python int beyond 64 bits inside a sequence
+        raise ValueError(f"{name} must fit in a 64-bit integer (|value| < 2**63)") from exc
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise TypeError(f"{name} must hold integers; got non-integral values")
+        if arr.size and np.max(np.abs(arr)) >= 2.0**63:
+            raise ValueError(
+                f"{name} must fit in a 64-bit integer (|value| < 2**63 ≈ 9.2e18); got "
+                f"{arr.flat[np.argmax(np.abs(arr))]:.3g}"
+            )
+    elif arr.dtype.kind == "u" and arr.size and arr.max() >= 2**63:
+        raise ValueError(f"{name} must fit in a 64-bit integer (|value| < 2**63); got {arr.max()}")
+    elif arr.dtype.kind == "O" and any(isinstance(v, int) for v in arr.flat):
+        raise ValueError(f"{name} must fit in a 64-bit integer (|value| < 2**63)")
     elif arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an array of integers; got {_describe(x)}")
     arr = arr.astype(np.int64)

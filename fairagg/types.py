@@ -255,6 +255,18 @@ def make_reports(
     )
 
 
+def check_state(state: Any, cls: type, rule: str) -> Any:
+    """``state`` if it is the ``cls`` that ``rule``'s ``init`` returns, else a TypeError naming
+    ``state`` (a stateful rule's ``step`` needs the state of the previous round)."""
+    if not isinstance(state, cls):
+        raise TypeError(
+            f"state must be the {cls.__name__} that {rule}'s init returns (call "
+            f"rule.init(params, num_clients) before the first step, then pass each step's "
+            f"Aggregate.state to the next); got {type(state).__name__}"
+        )
+    return state
+
+
 def check_reports(
     reports: Any, params: Any, needs: tuple[str, ...] = (), *, device: bool = False
 ) -> RoundReports:

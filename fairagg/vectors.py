@@ -13,8 +13,9 @@ any machine (derived inputs, such as a Gram matrix, are correctly rounded sums r
 products); the expected outputs are bitwise reproducible on one machine and agree across
 machines within their tolerances, a few ulps apart (BLAS may sum in another order, NumPy's SIMD
 exp/log round differently by CPU). :func:`check_vectors` recomputes every case with the library
-and reports the comparisons that fail (:func:`compare_vectors` also each case's distance), which is how the stored set in the test suite is kept equal to what
-fairagg computes today, and how another implementation can be checked against the files.
+and reports the comparisons that fail (:func:`compare_vectors` also each case's distance),
+which is how the stored set in the test suite is kept equal to what fairagg computes today, and
+how another implementation can be checked against the files.
 
 Case file (``schema_version`` 1)::
 

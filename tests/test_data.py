@@ -318,6 +318,33 @@ def test_partition_shards_two_labels_per_client_when_shards_are_pure():
     assert all(np.unique(labels[p]).shape[0] <= 2 for p in parts)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_partition_dirichlet_is_the_documented_draw(seed):
+    """The docstring's algorithm, written out here: per try, for each class in ascending order,
+    p = rng.dirichlet(α·1_K), the class's indices permuted by rng.permutation and cut at
+    rint(cumsum(p)[:-1]·n_c) (half to even); a try with a client below min_size is redrawn from
+    the same generator. Floor instead of rint, another class order or a fresh generator per try
+    would give other parts."""
+    labels = np.repeat([2, 0, 1], [13, 9, 11])[np.random.default_rng(99).permutation(33)]
+    K, alpha, min_size = 4, 0.7, 2
+    rng = np.random.default_rng(seed)
+    while True:
+        pieces = [[] for _ in range(K)]
+        for c in (0, 1, 2):
+            p = rng.dirichlet(np.full(K, alpha))
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = np.rint(np.cumsum(p)[:-1] * idx.size).astype(int)
+            for k, piece in enumerate(np.split(idx, cuts)):
+                pieces[k].append(piece)
+        want = [np.concatenate(pk) for pk in pieces]
+        if min(w.size for w in want) >= min_size:
+            break
+    got = partition_dirichlet(labels, K, alpha, min_size=min_size, seed=seed)
+    assert len(got) == K
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_partition_dirichlet_small_alpha_is_more_label_skewed():
     labels = np.repeat(np.arange(10), 100)
 

@@ -549,6 +549,16 @@ def test_qp_hand():
         np.testing.assert_array_equal(res.active_lower, [False, False, True, True])
 
 
+def test_qp_warm_start_next_to_the_answer_still_reaches_it_exactly():
+    """AAgFF-S always warm-starts from the previous round. From x0 = (0.6, 0.4, 0), the
+    projection of y = (0.6, 0.4, ε) (A = I, b = −y) is (0.6 − ε/3, 0.4 − ε/3, 2ε/3) with
+    ε = 1e-7: x0 is 1e-7 from optimal, so a stopping rule looser than round-off (1e-6, say)
+    would stop at x0."""
+    eps = 1e-7
+    res = solve_simplex_qp(np.eye(3), -np.array([0.6, 0.4, eps]), x0=np.array([0.6, 0.4, 0.0]))
+    assert_close(res.x, [0.6 - eps / 3, 0.4 - eps / 3, 2 * eps / 3], err_msg="x")
+
+
 def test_qp_box_hand():
     # Same problem, x_1 ≤ 0.5: x_1 = 0.5 at its upper bound, x_0 = 0.5 = ν (b_2 = 1 ≥ 0.5).
     A, b = np.diag([1.0, 2.0, 3.0, 4.0]), np.array([0.0, -1.0, 1.0, 3.0])

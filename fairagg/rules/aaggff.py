@@ -40,7 +40,7 @@ from ..online import (
     quadratic_ftrl_round,
 )
 from ..simplex import QPFactor, log_normalize
-from ..types import Aggregate, RoundReports, Rule, check_reports, client_indices
+from ..types import Aggregate, RoundReports, Rule, check_reports, check_state, client_indices
 from .fedavg import apply_weighted_update, as_params
 
 __all__ = [
@@ -194,6 +194,7 @@ def aaggff_s(
         return AAgFFSState(np.full(K, 1.0 / K), quadratic_ftrl_init(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFSState) -> Aggregate:
+        check_state(state, AAgFFSState, "aaggff-s")
         theta = as_params(params, backend)
         check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         K = state.p.size
@@ -278,6 +279,7 @@ def aaggff_d(
         return AAgFFDState(np.zeros(K), 0, np.zeros(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFDState) -> Aggregate:
+        check_state(state, AAgFFDState, "aaggff-d")
         theta = as_params(params, backend)
         check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         K = state.grad_sum.size

@@ -24,7 +24,15 @@ import numpy as np
 from .._checks import as_float_array, check_int, check_real
 from ..kernels import check_backend, weighted_update
 from ..simplex import check_simplex_point, project_simplex
-from ..types import Aggregate, LocalSpec, RoundReports, Rule, check_reports, client_indices
+from ..types import (
+    Aggregate,
+    LocalSpec,
+    RoundReports,
+    Rule,
+    check_reports,
+    check_state,
+    client_indices,
+)
 
 __all__ = ["AFLState", "AFLStep", "afl", "afl_step"]
 
@@ -143,6 +151,7 @@ def afl(
         return AFLState(np.full(K, 1.0 / K), theta.copy(), 0)
 
     def step(params: np.ndarray, reports: RoundReports, state: AFLState) -> Aggregate:
+        check_state(state, AFLState, "afl")
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=("losses", "gradients"))
         K = state.mixture.size

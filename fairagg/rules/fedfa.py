@@ -72,7 +72,15 @@ import numpy as np
 
 from .._checks import as_float_array, as_int_array, check_choice, check_int, check_real
 from ..kernels import check_backend
-from ..types import ACCURACY_SOURCES, Aggregate, LocalSpec, RoundReports, Rule, check_reports
+from ..types import (
+    ACCURACY_SOURCES,
+    Aggregate,
+    LocalSpec,
+    RoundReports,
+    Rule,
+    check_reports,
+    check_state,
+)
 from .fedavg import apply_weighted_update
 
 __all__ = [
@@ -394,6 +402,7 @@ def fedfa(
         return FedFaState(np.zeros(theta.shape[0], dtype=theta.dtype), 0)
 
     def step(params: np.ndarray, reports: RoundReports, state: FedFaState) -> Aggregate:
+        check_state(state, FedFaState, "fedfa")
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=needs)
         info = fedfa_information(reports.accuracies, reports.participations, eps_a=e_a, eps_f=e_f)

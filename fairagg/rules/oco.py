@@ -119,7 +119,7 @@ def eg_propfair_weights(losses: Any, num_samples: Any, M: float) -> np.ndarray:
     Mv = check_real(M, "M", low=0.0, low_open=True)
     if not Mv > F.max():
         raise ValueError(
-            f"M must exceed every loss (PropFair needs M > F_i); got M = {Mv}, max loss {F.max()}"
+            f"losses must all be below M (PropFair needs M > F_i); got M = {Mv}, max loss {F.max()}"
         )
     return exponentiated_gradient(w, -np.log(Mv - F), 1.0)
 

@@ -27,8 +27,8 @@ def check_losses_below(losses: np.ndarray, m: float) -> None:
     worst = float(np.max(losses))
     if not worst < m:
         raise ValueError(
-            f"PropFair needs M > every client's loss; got M = {m} and a loss of {worst}. "
-            "Build the rule with a larger M"
+            f"losses must all be below PropFair's M = {m}; got a loss of {worst} (build the "
+            "rule with a larger M)"
         )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._checks import as_float_array, check_choice, check_real
 from ..kernels import check_backend
-from ..types import Aggregate, RoundReports, Rule, check_reports
+from ..types import Aggregate, RoundReports, Rule, check_reports, check_state
 from .fedavg import apply_weighted_update, as_params, fairavg_weights, fedavg_weights
 
 __all__ = ["TERMState", "term", "term_official_weights", "term_weights"]
@@ -124,6 +124,7 @@ def term(
         return TERMState(0.0)
 
     def step(params: np.ndarray, reports: RoundReports, state: TERMState) -> Aggregate:
+        check_state(state, TERMState, "term")
         theta = as_params(params, backend)
         check_reports(reports, theta, needs=("losses",), device=backend == "cuda")
         info: dict[str, Any] = {}

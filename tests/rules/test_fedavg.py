@@ -336,3 +336,12 @@ def test_fairavg_weights_rejects_bad_count(m, exc):
 def test_unknown_backend_rejected(factory):
     with pytest.raises(ValueError, match="backend"):
         factory(backend="tpu")
+
+
+@pytest.mark.parametrize("bad", [[1e300, 1e300], [2**70, 3], [2.0**63, 1.0]])
+def test_counts_beyond_int64_are_a_clear_error(bad):
+    """Huge counts wrapped around in the int64 cast before ("must be >= 1; got minimum
+    -9223372036854775808"); they are now refused with their own message."""
+    with pytest.raises(ValueError, match="num_samples must fit in a 64-bit integer"):
+        fedavg_weights(bad)
+    assert_close(fedavg_weights([1e18, 3e18]), [0.25, 0.75])

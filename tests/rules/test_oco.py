@@ -479,7 +479,7 @@ def test_propfair_M_not_above_max_loss_rejected():
             eg_propfair_weights([1.0, 2.0], [1, 1], M)
     rule = make_rule("propfair-eg", M=2.0)
     reports = make_reports(np.ones((2, 3)), [1, 1], losses=[1.0, 2.0])
-    with pytest.raises(ValueError, match="M must exceed"):
+    with pytest.raises(ValueError, match="losses must all be below M"):
         rule.step(np.zeros(3), reports, rule.init(np.zeros(3), 2))
 
 

@@ -34,7 +34,7 @@ def test_rule_asks_the_clients_for_the_surrogate():
 @pytest.mark.parametrize("worst", [5.0, 6.5])
 def test_m_not_above_every_loss_is_an_error(worst):
     reports = make_reports(np.ones((2, 2)), [1, 1], losses=[1.0, worst])
-    with pytest.raises(ValueError, match="M > every client's loss"):
+    with pytest.raises(ValueError, match="losses must all be below PropFair's M"):
         propfair(M=5.0).step(np.zeros(2), reports, ())
 
 

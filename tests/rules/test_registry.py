@@ -134,3 +134,28 @@ def test_make_rule_rejects_unknown_hyperparameter(name):
 def test_registry_is_the_public_one():
     assert fairagg.RULES is RULES
     assert {"fedavg", "fairavg"} <= set(RULES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_step_without_the_state_from_init_is_a_type_error_naming_state(name):
+    """A stateful rule given ``None`` (or another rule's state) for ``state`` says to call
+    ``rule.init`` instead of failing on an attribute; a stateless rule has nothing to read."""
+    rule = make_rule(name)
+    theta = np.zeros(2)
+    reports = make_reports(
+        np.eye(2),
+        [1, 1],
+        losses=[0.5, 1.0],
+        accuracies=[0.5, 0.5],
+        participations=[1, 1],
+        client_ids=[0, 1],
+        num_clients=2,
+        gradients=np.eye(2),
+        lr=0.1,
+    )
+    state = rule.init(theta, 2)
+    if state == ():
+        return  # EmptyState: a stateless rule ignores its state
+    for wrong in (None, {}, ()):
+        with pytest.raises(TypeError, match=r"state must be the .*call\s+rule\.init"):
+            rule.step(theta, reports, wrong)
