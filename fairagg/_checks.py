@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -243,3 +243,21 @@ def check_same_length(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray) ->
             f"{name_a} and {name_b} must have the same length along the client axis; "
             f"got {a.shape[0]} and {b.shape[0]}"
         )
+
+
+#: Squared norms in [SQ_LOW, SQ_HIGH] come from products and partial sums that neither overflow
+#: nor lose digits to subnormals; outside it the scale-aware rules divide their updates by a
+#: power of two first (exact).
+SQ_LOW, SQ_HIGH = 2.0**-968, 2.0**1000
+
+
+def squares_in_range(sq: np.ndarray, rows: Callable[[np.ndarray], Any]) -> bool:
+    """Whether squared row norms ``sq`` are exact to rounding: finite, each non-zero one in
+    [SQ_LOW, SQ_HIGH], and each zero one the square of a zero row (not squares that
+    underflowed). ``rows(index)`` returns those rows of the updates, as a host array."""
+    if not np.all(np.isfinite(sq)):
+        return False
+    nz = sq != 0
+    if np.any(sq[nz] < SQ_LOW) or np.any(sq[nz] > SQ_HIGH):
+        return False
+    return bool(nz.all()) or not np.any(rows(np.flatnonzero(~nz)))

@@ -318,15 +318,29 @@ def fedfa_server_step(
     if not isinstance(apply, (bool, np.bool_)):
         raise TypeError(f"apply must be a bool; got {type(apply).__name__}")
     dtype = np.result_type(theta, avg, mom)
-    delta = np.subtract(theta, avg, dtype=dtype)
-    if variant == "flgo":
-        np.negative(delta, out=delta)
-    new_m = g * mom + (1.0 - g) * delta
-    new_m = new_m.astype(dtype, copy=False)
-    new = np.subtract(avg, eta * new_m, dtype=dtype) if apply else avg.astype(dtype, copy=True)
-    if not (np.all(np.isfinite(new)) and np.all(np.isfinite(new_m))):
-        raise ValueError("the server step overflowed: eta_s or the updates are too large")
-    return FedFaServerStep(new, new_m, delta)
+
+    def server(th: np.ndarray, av: np.ndarray, mo: np.ndarray) -> tuple:
+        delta = np.subtract(th, av, dtype=dtype)
+        if variant == "flgo":
+            np.negative(delta, out=delta)
+        new_m = (g * mo + (1.0 - g) * delta).astype(dtype, copy=False)
+        new = np.subtract(av, eta * new_m, dtype=dtype) if apply else av.astype(dtype, copy=True)
+        return new, new_m, delta
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = server(theta, avg, mom)
+        if not all(np.all(np.isfinite(a)) for a in out):
+            # The step is homogeneous in (θ^t, θ̄, m): near float64's limit θ^t − θ̄ can
+            # overflow where the result does not. Compute it on them divided by 2^8 (exact at
+            # that end of the range) and scale back.
+            small = server(*(np.ldexp(a, -8) for a in (theta, avg, mom)))
+            out = tuple(np.ldexp(a, 8).astype(dtype, copy=False) for a in small)
+    if not all(np.all(np.isfinite(a)) for a in out):
+        raise ValueError(
+            "the server step overflows float64: params, average and momentum near 1.8e308, or "
+            "eta_s too large"
+        )
+    return FedFaServerStep(*out)
 
 
 def fedfa(

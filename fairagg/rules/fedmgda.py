@@ -28,7 +28,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_device_array, check_real, is_device_array
+from .._checks import (
+    as_float_array,
+    check_device_array,
+    check_real,
+    is_device_array,
+    squares_in_range,
+)
 from ..kernels import check_backend
 from ..kernels import gram as kernel_gram
 from ..simplex import min_norm_weights
@@ -130,25 +136,16 @@ def fedmgda_weights(
     return MGDAWeights(lam, weights, float(np.sqrt(max(value, 0.0))))
 
 
-#: The Gram matrix of the raw updates is exact to rounding where every non-zero squared norm lies
-#: in [2^-968, 2^1000]: no product or partial sum (bounded by Cauchy-Schwarz) overflows, and the
-#: products that underflow are below 2^-106 of the norms they are divided by.
-_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
-
-
 def _gram_in_range(sq: np.ndarray, D: Any, on_device: bool) -> bool:
-    if not np.all(np.isfinite(sq)):
-        return False
-    nz = sq != 0
-    if np.any(sq[nz] < _SQ_LOW) or np.any(sq[nz] > _SQ_HIGH):
-        return False
-    if nz.all():
-        return True
-    # a zero squared norm must be a zero row, not squares that underflowed
-    rows = np.flatnonzero(~nz)
-    H = D[int(rows[0]) : int(rows[-1]) + 1]
-    H = H.copy_to_host() if on_device else np.asarray(H)
-    return not np.any(H[rows - rows[0]])
+    """The Gram matrix of the raw updates is exact to rounding (no product or partial sum,
+    bounded by Cauchy-Schwarz, over- or underflows beyond the norms it is divided by)."""
+
+    def rows(idx: np.ndarray) -> np.ndarray:
+        H = D[int(idx[0]) : int(idx[-1]) + 1]
+        H = H.copy_to_host() if on_device else np.asarray(H)
+        return H[idx - idx[0]]
+
+    return squares_in_range(sq, rows)
 
 
 def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "numpy") -> Rule:

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_real
+from .._checks import SQ_LOW, as_float_array, check_int, check_real, squares_in_range
 from ..kernels import check_backend, weighted_sum, weighted_sum_sq_norms
 from ..types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, check_reports
 
@@ -165,7 +165,7 @@ def _q_step(
         sq = scale * scale * sq_raw
         h_rel = np.full(m, L) if q == 0 else q * sq / Ft + L
         denom = float(u @ h_rel)
-    if q == 0 or (u.min() >= _SQ_LOW and _in_range(sq_raw, D, h_rel, denom)):
+    if q == 0 or (u.min() >= SQ_LOW and _in_range(sq_raw, D, h_rel, denom)):
         w = u / denom
         with np.errstate(over="ignore", invalid="ignore"):
             step = (scale * w) @ D if backend == "numpy" else direction * (scale / denom)
@@ -178,21 +178,15 @@ def _q_step(
     return _q_step_scaled(theta, D, Ft, u, log_max, q, L, scale, backend)
 
 
-#: The plain computation is used where every squared norm lies in [2^-968, 2^1000] (or is the
-#: exact 0 of a zero row): no product or partial sum over- or underflows, and no subnormal
-#: square loses digits. Elsewhere the step is computed in scaled form (:func:`_q_step_scaled`).
-_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
 _LN2 = math.log(2.0)
 
 
 def _in_range(sq: np.ndarray, D: np.ndarray, h_rel: np.ndarray, denom: float) -> bool:
+    """The plain computation is exact to rounding: the squared norms are (see
+    :func:`fairagg._checks.squares_in_range`) and the denominator is finite and positive."""
     if not (np.all(np.isfinite(h_rel)) and math.isfinite(denom) and denom > 0):
         return False
-    nz = sq != 0
-    if np.any(sq[nz] < _SQ_LOW) or np.any(sq[nz] > _SQ_HIGH):
-        return False
-    # a zero squared norm must come from a zero row, not from squares that underflowed
-    return not np.any(D[~nz]) if not nz.all() else True
+    return squares_in_range(sq, lambda idx: D[idx])
 
 
 def _scaled_sum(values: np.ndarray, exps: np.ndarray) -> tuple[float, int]:
