@@ -179,7 +179,9 @@ def as_int_array(
             )
     elif arr.dtype.kind == "u" and arr.size and arr.max() >= 2**63:
         raise ValueError(f"{name} must fit in a 64-bit integer (|value| < 2**63); got {arr.max()}")
-    elif arr.dtype.kind == "O" and any(isinstance(v, int) for v in arr.flat):
+    elif arr.dtype.kind == "O" and any(
+        isinstance(v, int) and not -(2**63) <= v < 2**63 for v in arr.flat
+    ):
         raise ValueError(f"{name} must fit in a 64-bit integer (|value| < 2**63)")
     elif arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an array of integers; got {_describe(x)}")

@@ -71,6 +71,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import (
+    SQ_HIGH,
+    SQ_LOW,
     as_float_array,
     as_int_array,
     check_choice,
@@ -427,21 +429,16 @@ def _conflict(dot: float, scale: float) -> bool:
     return scale > 0.0 and dot < -RHO * scale
 
 
-#: The plain computation is used where every non-zero squared norm lies in [2^-968, 2^1000]
-#: (and every zero one belongs to a zero row): no product or partial sum over- or underflows
-#: and no subnormal square loses digits. Elsewhere fedfv_direction scales the updates.
-_SQ_LOW, _SQ_HIGH = 2.0**-968, 2.0**1000
-
-
 def _in_range(sq: np.ndarray, D: np.ndarray, H: np.ndarray) -> bool:
-    """Every decision of :func:`_norms` and every Gram entry it keeps are exact to rounding:
+    """Every decision of :func:`_norms` and every Gram entry it keeps are exact to rounding
+    (the plain computation; elsewhere fedfv_direction scales the updates):
     the squares are finite and ≤ 2^1000, and each one is ≥ 2^-968 (no digits lost to
     underflow), or below it where the zero threshold 2^-1022 P is ≥ 2^-967 (P ≥ 2^55: its true
     value, at most 2^-968 + d 2^-1022 even if every product was flushed, is below the
     threshold: a zero update either way), or the exact 0 of a zero row."""
-    if not np.all(np.isfinite(sq)) or sq.max(initial=0.0) > _SQ_HIGH:
+    if not np.all(np.isfinite(sq)) or sq.max(initial=0.0) > SQ_HIGH:
         return False
-    small = sq < _SQ_LOW
+    small = sq < SQ_LOW
     if not small.any() or sq.max(initial=0.0) >= 2.0**55:
         return True
     rows = np.flatnonzero(small)

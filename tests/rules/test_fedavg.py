@@ -345,3 +345,8 @@ def test_counts_beyond_int64_are_a_clear_error(bad):
     with pytest.raises(ValueError, match="num_samples must fit in a 64-bit integer"):
         fedavg_weights(bad)
     assert_close(fedavg_weights([1e18, 3e18]), [0.25, 0.75])
+
+
+def test_a_sequence_with_a_non_number_is_a_type_error_not_a_range_error():
+    with pytest.raises(TypeError, match="num_samples must be an array of integers"):
+        fedavg_weights([1, None])
