@@ -59,6 +59,7 @@ __all__ = [
     "dr_response",
     "entropic_ftrl",
     "exponentiated_gradient",
+    "official_first_decision",
     "play_aaggff_d",
     "play_aaggff_s",
     "quadratic_ftrl_init",
@@ -151,8 +152,21 @@ RESPONSE_CDFS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def aaggff_response(losses: Any, *, cdf: str = "weibull", scale: float = 1.0) -> np.ndarray:
+def _official_normal(x: np.ndarray) -> np.ndarray:
+    # The public code's "normal CDF": ½(erfc((x − 1)/√2) + 1) = 1.5 − Φ_{N(1,1)}(x), written as
+    # ½ + Φ(1 − x) so that no digits cancel where Φ(x − 1) is near 1.
+    return 0.5 + ndtr(1.0 - x)
+
+
+def aaggff_response(
+    losses: Any, *, cdf: str = "weibull", scale: float = 1.0, variant: str = "paper"
+) -> np.ndarray:
     """AAgFF's bounded response r_i = Φ(F_i / mean_{j∈S} F_j) · s (SPEC §5).
+
+    ``variant="official"`` computes what the public code (vaseline555/AAggFF,
+    ``AaggffServer.update``) computes. Its five other CDFs are the paper's, but its "normal CDF"
+    is ½(erfc((x − 1)/√2) + 1) = 1.5 − Φ_{N(1,1)}(x). That is *decreasing* in the loss, with
+    values in (½, 1.5), so a worse client gets a smaller response.
 
     Parameters
     ----------
@@ -162,17 +176,21 @@ def aaggff_response(losses: Any, *, cdf: str = "weibull", scale: float = 1.0) ->
         One of :data:`RESPONSE_CDFS`.
     scale : float
         s > 0: 1/K cross-silo, C = m/K cross-device.
+    variant : {"paper", "official"}
+        Only ``cdf="normal"`` differs between them.
 
     Returns
     -------
     ndarray of float64, shape (m,)
-        Responses in [0, s]. If every loss is 0 the ratios are taken as 1 (all clients equal).
+        Responses in [0, s] (in (s/2, 3s/2) for the official normal). If every loss is 0 the
+        ratios are taken as 1 (all clients equal).
     """
     F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
     if np.any(F < 0):
         raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
     name = check_choice(cdf, "cdf", tuple(RESPONSE_CDFS))
     s = check_real(scale, "scale", low=0.0, low_open=True)
+    var = check_choice(variant, "variant", VARIANTS)
     top = float(F.max())
     if top == 0.0:
         x = np.ones_like(F)
@@ -181,7 +199,8 @@ def aaggff_response(losses: Any, *, cdf: str = "weibull", scale: float = 1.0) ->
         # mean neither overflows (losses near 1.8e308) nor loses digits to subnormals.
         Fs = np.ldexp(F, -math.frexp(top)[1])
         x = Fs / Fs.mean()
-    return RESPONSE_CDFS[name](x) * s
+    phi = _official_normal if var == "official" and name == "normal" else RESPONSE_CDFS[name]
+    return phi(x) * s
 
 
 def _check_response_pair(p: Any, r: Any) -> tuple[np.ndarray, np.ndarray, float]:
@@ -604,10 +623,25 @@ def dr_gradient(p: Any, r_check: Any, r_bar: float) -> np.ndarray:
     pv = check_simplex_point(p, "p")
     rc = as_float_array(r_check, "r_check", shape=(pv.size,), dtype=np.float64, allow_int=True)
     rb = check_real(r_bar, "r_bar")
-    D = 1.0 + rb * float(pv.sum())
+    return _dr_gradient(pv, rc, rb)
+
+
+def _dr_gradient(p: np.ndarray, r_check: np.ndarray, r_bar: float) -> np.ndarray:
+    # The formula for any non-negative p: the official AAgFF-D plays p¹ = C·1, off the simplex.
+    D = 1.0 + r_bar * float(p.sum())
     if not D > 0:
         raise ValueError(f"dr_gradient needs 1 + r_bar * sum(p) > 0; got {D}")
-    return -rc / D + (rb * float(pv @ (rc - rb)) / D**2) * np.ones(pv.size)
+    return -r_check / D + (r_bar * float(p @ (r_check - r_bar)) / D**2) * np.ones(p.size)
+
+
+def official_first_decision(num_clients: int, inclusion_probability: float) -> np.ndarray:
+    """The public AAgFF code's first decision p¹ = C·1 (``variant="official"``; SPEC §5's p¹ is
+    uniform). Cross-silo C = 1 gives the all-ones vector; it is not a point of the simplex, and
+    enters only the first round's gradient and decision loss (the aggregation of that round
+    already uses p²)."""
+    K = check_int(num_clients, "num_clients", low=1)
+    C = check_real(inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True)
+    return np.full(K, C)
 
 
 def aaggff_d_decision(grad_sum: Any, rounds: int, lipschitz: float) -> np.ndarray:
@@ -640,27 +674,35 @@ def play_aaggff_s(
 ) -> np.ndarray:
     """Decisions p_1..p_T of AAgFF-S on a full-information response sequence (Theorem 1's setting).
 
-    p_1 is uniform; after r_t, g_t = −r_t/(1 + ⟨p_t, r_t⟩) joins the sums and p_{t+1} is the exact
-    quadratic-FTRL minimiser. Defaults: :func:`aaggff_s_defaults` (L∞ = 1/K).
+    p_1 is uniform (``variant="official"``: the public code's all-ones vector, see
+    :func:`official_first_decision`); after r_t, g_t = −r_t/(1 + ⟨p_t, r_t⟩) joins the sums and
+    p_{t+1} is the exact quadratic-FTRL minimiser. Defaults: :func:`aaggff_s_defaults`
+    (L∞ = 1/K).
 
     Returns
     -------
     ndarray, shape (T, K)
-        Row t is the decision played at round t, before r_t was seen.
+        Row t is the decision played at round t, before r_t was seen (row 0 of the official
+        variant is the all-ones vector, not a point of the simplex).
     """
     R = _check_responses(responses)
     T, K = R.shape
     L, a0, b0 = aaggff_s_defaults(K, lipschitz)
     a = a0 if alpha is None else alpha
     bt = b0 if beta is None else beta
+    check_choice(variant, "variant", VARIANTS)
     state = quadratic_ftrl_init(K)
-    p = np.full(K, 1.0 / K)
+    uniform = np.full(K, 1.0 / K)
+    p = official_first_decision(K, 1.0) if variant == "official" else uniform
     out = np.empty((T, K))
     factor = None
     for t in range(T):
         out[t] = p
         g = -R[t] / (1.0 + p @ R[t])
-        state, res, factor = quadratic_ftrl_round(state, g, p, a, bt, variant, factor)
+        # The official form never reads p_τ (b = Σ g): its off-simplex p¹ is replaced by the
+        # uniform point, which serves only as the solver's warm start.
+        played = uniform if t == 0 else p
+        state, res, factor = quadratic_ftrl_round(state, g, played, a, bt, variant, factor)
         p = res.x
     return out
 
@@ -673,6 +715,7 @@ def play_aaggff_d(
     seed: int = 0,
     gradient: str = "linearized",
     variant: str = "paper",
+    inclusion_probability: float | None = None,
 ) -> np.ndarray:
     """Decisions p_1..p_T of AAgFF-D on a response sequence (Theorem 2 / Corollary 3's setting).
 
@@ -680,11 +723,14 @@ def play_aaggff_d(
     (default: all, full information) from ``default_rng(seed)``; the learner sees only their
     responses. ``gradient="linearized"`` uses the doubly-robust ř and the first-order ĝ as the rule
     does; ``gradient="exact"`` (full information only) uses g_t = −r_t/(1 + ⟨p_t, r_t⟩), the
-    learner Theorem 2 analyses. Default L∞ = 2 + C (SPEC §5; C = m/K).
+    learner Theorem 2 analyses. C = ``inclusion_probability`` (default m/K) enters the
+    doubly-robust estimate and the default L∞ = 2 + C (SPEC §5). p_1 is uniform, or C·1 with
+    ``variant="official"`` (:func:`official_first_decision`).
 
     Returns
     -------
     ndarray, shape (T, K)
+        Row t is the decision played at round t, before r_t was seen.
     """
     R = _check_responses(responses)
     T, K = R.shape
@@ -696,11 +742,18 @@ def play_aaggff_d(
     check_choice(gradient, "gradient", ("linearized", "exact"))
     if gradient == "exact" and m < K:
         raise ValueError("gradient='exact' needs full information (clients_per_round = K)")
-    C = m / K
+    check_choice(variant, "variant", VARIANTS)
+    C = (
+        m / K
+        if inclusion_probability is None
+        else check_real(
+            inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True
+        )
+    )
     L = 2.0 + C if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     rng = np.random.default_rng(seed)
     G = np.zeros(K)
-    p = np.full(K, 1.0 / K)
+    p = official_first_decision(K, C) if variant == "official" else np.full(K, 1.0 / K)
     out = np.empty((T, K))
     for t in range(T):
         out[t] = p
@@ -708,8 +761,8 @@ def play_aaggff_d(
             g = -R[t] / (1.0 + p @ R[t])
         else:
             S = np.sort(rng.choice(K, size=m, replace=False)) if m < K else np.arange(K)
-            r_check, r_bar = dr_response(R[t, S], S, K, variant=variant)
-            g = dr_gradient(p, r_check, r_bar)
+            r_check, r_bar = dr_response(R[t, S], S, K, inclusion_probability=C, variant=variant)
+            g = _dr_gradient(p, r_check, r_bar)
         G += g
         p = aaggff_d_decision(G, t + 1, L)
     return out

@@ -785,8 +785,11 @@ RULE_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "fedfv": {"window": {"alpha": 0.0, "tau": 2}, "flgo": {"variant": "flgo", "tau": 2}},
     "fedmgda": {"plain_mgda": {"epsilon": 1.0}, "epsilon_zero": {"epsilon": 0.0}},
     "fedfa": {"flgo": {"variant": "flgo"}, "frequency_only": {"alpha": 0.0}},
-    "aaggff-s": {"official": {"variant": "official"}},
-    "aaggff-d": {"official": {"variant": "official"}},
+    "aaggff-s": {"official": {"variant": "official", "cdf": "normal"}},
+    "aaggff-d": {
+        "official": {"variant": "official", "cdf": "normal"},
+        "official_fraction": {"variant": "official", "inclusion_probability": 0.3},
+    },
     "propfair-eg": {"small_m": {"M": 4.0}},
 }
 #: Rule outputs not compared: facts of an algorithm's path, not of its formula.

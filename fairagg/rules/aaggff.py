@@ -18,6 +18,24 @@ client updates with the fresh p^{t+1}, renormalised over the selected clients:
 
 p¹ is uniform. ``info`` reports the full decision ``p`` (K,), the aggregation weights ``weights``
 (m,), the responses and the decision loss of the decision played this round.
+
+``variant="official"`` is the public code (vaseline555/AAggFF, ``AaggffServer``) wherever its
+server computes something else than the poster: AAgFF-S's QP A = α(1+β)I + βΣggᵀ, b = Σg;
+AAgFF-D's doubly-robust response without + r̄; p¹ = C·1 (all ones cross-silo), off the
+simplex, which only the first round's gradient reads; its "normal CDF" 1.5 − Φ_{N(1,1)}(x),
+decreasing in the loss; and C, the command line's client fraction, wherever C appears (AAgFF-D's
+``inclusion_probability=``). What fairagg does not reproduce, with either variant:
+
+- the code divides the server learning rate by its decay factor every ``lr_decay_step`` rounds
+  (and multiplies the clients' by it); here η_s is constant, and the clients' learning rate is
+  the simulator's;
+- it computes in float32 (torch's default) and solves AAgFF-S's QP with cvxpy's default
+  solver, so its p carries float32 rounding and that solver's stopping tolerance; fairagg
+  solves the same QP exactly in float64;
+- all-zero losses give 0/0 = NaN in the code; fairagg takes every ratio as 1;
+- it samples max(⌊C·K⌋, 1) clients, sorted by index; here the caller (or the simulator) picks S;
+- the cumulative objective it logs is −log(1 + ⟨p, F⟩) on the *raw* losses; fairagg's
+  ``decision_loss`` is the poster's ℓ_t on the response.
 """
 
 from __future__ import annotations
@@ -32,10 +50,11 @@ from ..kernels import check_backend
 from ..online import (
     RESPONSE_CDFS,
     QuadraticFTRL,
+    _dr_gradient,
     aaggff_response,
     aaggff_s_defaults,
-    dr_gradient,
     dr_response,
+    official_first_decision,
     quadratic_ftrl_init,
     quadratic_ftrl_round,
 )
@@ -155,7 +174,10 @@ def aaggff_s(
     clients are sampled). Round t: r = Φ(F/mean F)/K, g_t = −r/(1 + ⟨p_t, r⟩),
     p_{t+1} = argmin_{p∈Δ} Σ_τ⟨g_τ, p⟩ + (α/2)‖p‖² + (β/2)Σ_τ⟨g_τ, p − p_τ⟩² (``variant="paper"``)
     or the public code's A = α(1+β)I + βΣggᵀ, b = Σg (``variant="official"``), solved exactly
-    (:func:`fairagg.simplex.solve_simplex_qp`, warm-started at p_t).
+    (:func:`fairagg.simplex.solve_simplex_qp`, warm-started at p_t). p¹ is uniform, or the public
+    code's all-ones vector with ``variant="official"`` (which also takes the code's decreasing
+    "normal" CDF, :func:`fairagg.online.aaggff_response`; the module docstring lists what the
+    code does that no variant reproduces).
 
     Parameters
     ----------
@@ -170,6 +192,7 @@ def aaggff_s(
         Backend of the weighted update.
     """
     eta_s = _common(cdf, server_lr, variant, backend)
+    official = variant == "official"
     if lipschitz is not None:
         check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     if alpha is not None:
@@ -191,7 +214,8 @@ def aaggff_s(
         K = int(num_clients)
         if K < 1:
             raise ValueError(f"num_clients must be >= 1; got {num_clients}")
-        return AAgFFSState(np.full(K, 1.0 / K), quadratic_ftrl_init(K))
+        p1 = official_first_decision(K, 1.0) if official else np.full(K, 1.0 / K)
+        return AAgFFSState(p1, quadratic_ftrl_init(K))
 
     def step(params: np.ndarray, reports: RoundReports, state: AAgFFSState) -> Aggregate:
         check_state(state, AAgFFSState, "aaggff-s")
@@ -208,11 +232,14 @@ def aaggff_s(
         a = a0 if alpha is None else alpha
         bt = b0 if beta is None else beta
         r = np.empty(K)
-        r[ids] = aaggff_response(reports.losses, cdf=cdf, scale=1.0 / K)
+        r[ids] = aaggff_response(reports.losses, cdf=cdf, scale=1.0 / K, variant=variant)
         p_t = state.p
         z = 1.0 + float(p_t @ r)
         g = -r / z
-        ftrl, qp, factor = quadratic_ftrl_round(state.ftrl, g, p_t, a, bt, variant, state.factor)
+        # The official form never reads p_τ (b = Σ g): its off-simplex p¹ is replaced by the
+        # uniform point, which serves only as the solver's warm start.
+        played = np.full(K, 1.0 / K) if official and state.ftrl.rounds == 0 else p_t
+        ftrl, qp, factor = quadratic_ftrl_round(state.ftrl, g, played, a, bt, variant, state.factor)
         p_new = qp.x
         out, q = aaggff_aggregate(theta, reports.deltas, p_new, ids, eta_s, backend=backend)
         info = {
@@ -232,37 +259,51 @@ def aaggff_d(
     cdf: str = "weibull",
     lipschitz: float | None = None,
     variant: str = "paper",
+    inclusion_probability: float | None = None,
     server_lr: float = 1.0,
     backend: str = "numpy",
 ) -> Rule:
     """AAgFF-D, the cross-device rule: entropic FTRL on a doubly-robust gradient estimate (SPEC §5).
 
-    Round t with m of K clients selected (C = m/K): r_i = Φ(F_i/mean F)·C for i ∈ S; ř and r̄ from
+    Round t with m of K clients selected (C = m/K unless given): r_i = Φ(F_i/mean F)·C for i ∈ S;
+    ř and r̄ from
     :func:`fairagg.online.dr_response` (``variant="paper"``: r̄ + (r_i − r̄)/C for selected
     clients; ``"official"``: (r_i − r̄)/C); ĝ from :func:`fairagg.online.dr_gradient` at p_t;
     G_t = G_{t−1} + ĝ; p_{t+1} ∝ exp(−√(log K) G_t / (L∞ √(t+1))), t counted from 1. The
     aggregation weights over S are computed from the logits (a softmax over S), so they never
     underflow. C = m/K is the exact inclusion probability of uniform sampling without
-    replacement.
+    replacement. ``variant="official"`` plays p¹ = C·1 (the public code's first decision; it is
+    not on the simplex and enters only the first round's ĝ), and takes the code's decreasing
+    "normal" CDF (:func:`fairagg.online.aaggff_response`); the module docstring lists what the
+    code does that no variant reproduces.
 
     Parameters
     ----------
     cdf : str
         Response CDF, one of :data:`fairagg.online.RESPONSE_CDFS`.
     lipschitz : float, optional
-        L∞ (default 2 + C, recomputed each round from m).
+        L∞ (default 2 + C, recomputed each round from m unless C is given).
     variant : {"paper", "official"}
+    inclusion_probability : float, optional
+        C ∈ (0, 1], the probability that a client is selected, used as the response scale, in
+        the doubly-robust estimate, in L∞ = 2 + C and (official) in p¹ = C·1. Default m/K of
+        each round. The public code uses its command-line fraction C, which differs from m/K
+        where C·K is not an integer (it samples ⌊C·K⌋ clients): pass that C to match it.
     server_lr : float
         η_s ≥ 0.
     backend : {"numpy", "numba", "cuda"}
     """
     eta_s = _common(cdf, server_lr, variant, backend)
+    official = variant == "official"
     if lipschitz is not None:
         check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
+    if inclusion_probability is not None:
+        check_real(inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True)
     hyper = {
         "cdf": cdf,
         "lipschitz": lipschitz,
         "variant": variant,
+        "inclusion_probability": inclusion_probability,
         "server_lr": eta_s,
         "backend": backend,
     }
@@ -285,12 +326,15 @@ def aaggff_d(
         K = state.grad_sum.size
         ids = client_indices(reports, K)
         m = ids.size
-        C = m / K
+        C = m / K if inclusion_probability is None else float(inclusion_probability)
         L = 2.0 + C if lipschitz is None else lipschitz
-        p_t = log_normalize(state.logits)  # the decision played this round (uniform at t = 1)
-        r = aaggff_response(reports.losses, cdf=cdf, scale=C)
-        r_check, r_bar = dr_response(r, ids, K, variant=variant)
-        g_hat = dr_gradient(p_t, r_check, r_bar)
+        if official and state.rounds == 0:
+            p_t = official_first_decision(K, C)
+        else:
+            p_t = log_normalize(state.logits)  # the decision played this round (uniform at t = 1)
+        r = aaggff_response(reports.losses, cdf=cdf, scale=C, variant=variant)
+        r_check, r_bar = dr_response(r, ids, K, inclusion_probability=C, variant=variant)
+        g_hat = _dr_gradient(p_t, r_check, r_bar)
         G = state.grad_sum + g_hat
         t = state.rounds + 1
         z = logits(G, t, L)

@@ -34,12 +34,25 @@ CDFS = {
     "logistic": lambda x: 1.0 / (1.0 + math.exp(-(x - 1.0))),
 }
 VARIANTS = ("paper", "official")
+# The public code's "normal CDF" (vaseline555/AAggFF, AaggffServer.update, fair_const == 3),
+# written as it is there: ½(erfc((x − 1)/√2) + 1) = 1.5 − Φ_{N(1,1)}(x), decreasing in x.
+OFFICIAL_NORMAL = lambda x: 0.5 * (math.erfc((x - 1.0) / math.sqrt(2.0)) + 1.0)  # noqa: E731
 
 
-def response(losses, cdf: str, scale: float) -> np.ndarray:
+def phi(cdf: str, variant: str = "paper"):
+    """The response CDF of ``variant``: the official variant differs only in ``normal``."""
+    return OFFICIAL_NORMAL if variant == "official" and cdf == "normal" else CDFS[cdf]
+
+
+def response(losses, cdf: str, scale: float, variant: str = "paper") -> np.ndarray:
     """r_i = Φ(F_i / mean F) · s."""
     F = np.asarray(losses, dtype=np.float64)
-    return np.array([CDFS[cdf](f / F.mean()) for f in F]) * scale
+    return np.array([phi(cdf, variant)(f / F.mean()) for f in F]) * scale
+
+
+def first_decision(K: int, variant: str, C: float = 1.0) -> np.ndarray:
+    """p¹: uniform (paper), C·1 (the public code's ``mix_coefs = ones(K) * C``)."""
+    return np.full(K, C) if variant == "official" else np.full(K, 1.0 / K)
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -84,15 +97,17 @@ DELTAS2 = np.array([[1.0, 0.0, 2.0], [0.0, 2.0, -1.0]])
 @pytest.mark.parametrize("cdf", list(CDFS))
 def test_aaggff_s_two_client_round_hand(cdf, variant):
     # K = 2 defaults: L∞ = 1/2, α = 4·K·L∞ = 4, β = 1/(4 L∞) = 1/2. F = [1, 3], mean 2,
-    # x = [½, 3/2], r = Φ(x)/K; p¹ = [½, ½]; ℓ(p¹) = −log(1 + ⟨p¹, r⟩); g = −r/(1 + ⟨p¹, r⟩).
+    # x = [½, 3/2], r = Φ(x)/K; p¹ = [½, ½] (official: [1, 1]); ℓ(p¹) = −log(1 + ⟨p¹, r⟩);
+    # g = −r/(1 + ⟨p¹, r⟩).
     K, alpha, beta = 2, 4.0, 0.5
     rule = make_rule("aaggff-s", cdf=cdf, variant=variant)
     state = rule.init(THETA, K)
     assert isinstance(state, AAgFFSState)
-    assert_close(state.p, [0.5, 0.5])
+    u = [0.5, 0.5] if variant == "paper" else [1.0, 1.0]
+    assert_close(state.p, u)
+    u = np.array(u)
     agg = rule.step(THETA, make_reports(DELTAS2, [3, 5], losses=[1.0, 3.0]), state)
-    r = np.array([CDFS[cdf](0.5), CDFS[cdf](1.5)]) / K
-    u = np.full(K, 0.5)
+    r = np.array([phi(cdf, variant)(0.5), phi(cdf, variant)(1.5)]) / K
     assert_close(agg.info["response"], r)
     assert_close(agg.info["decision_loss"], -math.log(1.0 + u @ r))
     g = -r / (1.0 + u @ r)
@@ -113,7 +128,10 @@ def test_aaggff_s_two_client_round_hand(cdf, variant):
     assert_close(agg.params, THETA - p[0] * DELTAS2[0] - p[1] * DELTAS2[1], scale=2.0)  # |δ| ≤ 2
     assert_close(agg.state.p, agg.info["p"])
     assert agg.state.ftrl.rounds == 1
-    assert agg.info["p"][1] > agg.info["p"][0]  # the larger loss gets the larger weight
+    if variant == "official" and cdf == "normal":  # the code's decreasing "CDF"
+        assert agg.info["p"][1] < agg.info["p"][0]
+    else:
+        assert agg.info["p"][1] > agg.info["p"][0]  # the larger loss gets the larger weight
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -121,7 +139,7 @@ def test_aaggff_s_hyperparameter_overrides(variant):
     # lipschitz overrides L∞ (α = 4 K L∞, β = 1/(4 L∞)); alpha and beta override those.
     K, F = 3, [0.5, 2.0, 1.0]
     D = np.eye(3)
-    u = np.full(K, 1 / 3)
+    u = first_decision(K, variant)
     r = response(F, "weibull", 1 / K)
     g = -r / (1 + u @ r)
     for kw, (a, b) in [
@@ -244,15 +262,20 @@ FAIR_LOSSES = np.array([2.0, 0.5, 4.0, 1.0])
         ("aaggff-s", "official", 4, [2, 0, 3, 1]),
         ("aaggff-d", "paper", 4, [2, 0, 3, 1]),
         ("aaggff-d", "paper", 7, [5, 0, 3, 6]),
+        ("aaggff-d", "official", 7, [5, 0, 3, 6]),
     ],
-    ids=["s-paper", "s-official", "d-full", "d-partial"],
+    ids=["s-paper", "s-official", "d-full", "d-partial", "d-official"],
 )
 @pytest.mark.parametrize("cdf", list(CDFS))
 def test_larger_loss_gets_larger_weight(cdf, name, variant, K, ids):
+    # ... except with the public code's "normal CDF" 1.5 − Φ_{N(1,1)}, which is decreasing: there
+    # the order of the weights is reversed.
     rule = make_rule(name, cdf=cdf, variant=variant)
     reports = make_reports(np.eye(4), [10, 10, 10, 10], losses=FAIR_LOSSES, client_ids=ids)
     agg = rule.step(np.zeros(4), reports, rule.init(np.zeros(4), K))
     order = np.argsort(FAIR_LOSSES)
+    if variant == "official" and cdf == "normal":
+        order = order[::-1]
     w = agg.info["weights"]
     assert np.all(np.diff(w[order]) > 0), (w, FAIR_LOSSES)
     p_sel = agg.info["p"][np.asarray(ids)]
@@ -266,14 +289,17 @@ def test_larger_loss_gets_larger_weight(cdf, name, variant, K, ids):
 # --------------------------------------------------------------------------------------------
 
 
-def d_round_by_hand(G, t, F, S, K, cdf, variant, L=None):
+def d_round_by_hand(G, t, F, S, K, cdf, variant, L=None, C=None):
     """One AAgFF-D round from (G_{t−1}, t−1): returns r, ř, ĝ, G_t, p_t, p_{t+1}, q."""
     m = len(S)
-    C = m / K
+    C = m / K if C is None else C
     L = 2.0 + C if L is None else L
-    # p_t from G_{t−1} (uniform at t = 1, where G = 0).
-    p_t = softmax(-math.sqrt(math.log(K)) * G / (L * math.sqrt(t))) if t > 1 else np.full(K, 1 / K)
-    r = response(F, cdf, C)
+    # p_t from G_{t−1} (p¹ at t = 1, where G = 0).
+    if t > 1:
+        p_t = softmax(-math.sqrt(math.log(K)) * G / (L * math.sqrt(t)))
+    else:
+        p_t = first_decision(K, variant, C)
+    r = response(F, cdf, C, variant)
     r_bar = r.mean()
     r_check = np.full(K, r_bar)
     if variant == "paper":
@@ -293,16 +319,22 @@ def d_round_by_hand(G, t, F, S, K, cdf, variant, L=None):
 def test_aaggff_d_round_hand(cdf, variant):
     # K = 4, m = 2, S = [3, 1] (arrival order), F = [1, 3]: C = ½, L∞ = 2 + C = 5/2,
     # r = Φ([½, 3/2])·C, r̄ = mean r; paper ř_S = r̄ + (r − r̄)/C, official ř_S = (r − r̄)/C, ř = r̄
-    # elsewhere; p¹ uniform, D = 1 + r̄; ĝ = −ř/D + r̄⟨p¹, ř − r̄⟩/D²·1;
-    # p² = softmax(−√(log 4) ĝ/(L∞ √2)); q = p²_S/Σ p²_S.
+    # elsewhere; p¹ uniform (official: C·1 = ½·1, Σp¹ = 2), D = 1 + r̄ Σp¹;
+    # ĝ = −ř/D + r̄⟨p¹, ř − r̄⟩/D²·1; p² = softmax(−√(log 4) ĝ/(L∞ √2)); q = p²_S/Σ p²_S.
     K, S, F = 4, np.array([3, 1]), np.array([1.0, 3.0])
     C, L = 0.5, 2.5
-    r = np.array([CDFS[cdf](0.5), CDFS[cdf](1.5)]) * C
+    r = np.array([phi(cdf, variant)(0.5), phi(cdf, variant)(1.5)]) * C
     r_bar = (r[0] + r[1]) / 2
     r_check = np.full(K, r_bar)
     r_check[S] = r_bar + (r - r_bar) / C if variant == "paper" else (r - r_bar) / C
-    D = 1.0 + r_bar
-    g = -r_check / D + r_bar * (np.mean(r_check) - r_bar) / D**2
+    if variant == "paper":
+        D = 1.0 + r_bar
+        g = -r_check / D + r_bar * (np.mean(r_check) - r_bar) / D**2
+        observed = -math.log(1 + r.sum() / K)
+    else:
+        D = 1.0 + 2.0 * r_bar
+        g = -r_check / D + r_bar * 0.5 * np.sum(r_check - r_bar) / D**2
+        observed = -math.log(1 + 0.5 * r.sum())
     p_new = softmax(-math.sqrt(math.log(K)) * g / (L * math.sqrt(2.0)))
     q = p_new[S] / p_new[S].sum()
 
@@ -318,7 +350,7 @@ def test_aaggff_d_round_hand(cdf, variant):
     assert_close(agg.info["p"], p_new)
     assert_close(agg.info["weights"], q)
     assert_close(agg.params, THETA - q[0] * DELTAS2[0] - q[1] * DELTAS2[1], scale=2.0)  # |δ| ≤ 2
-    assert_close(agg.info["decision_loss_observed"], -math.log(1 + r.sum() / K))
+    assert_close(agg.info["decision_loss_observed"], observed)
     # Unselected clients share the same gradient (r̄), hence the same p.
     assert_close(agg.info["p"][0], agg.info["p"][2])
     # The helper used below agrees with this round.
@@ -369,7 +401,7 @@ def test_aaggff_d_three_rounds_equal_reimplementation(cdf, variant):
     rule = aaggff_d(cdf=cdf, variant=variant)
     theta = rng.normal(size=d)
     state = rule.init(theta, K)
-    theta_ref, G, p_prev = theta.copy(), np.zeros(K), np.full(K, 1 / K)
+    theta_ref, G, p_prev = theta.copy(), np.zeros(K), first_decision(K, variant, 2 / K)
     for t, (S, F) in enumerate(D_ROUNDS, start=1):
         S, F = np.array(S), np.array(F)
         deltas = rng.normal(size=(len(S), d))
@@ -434,6 +466,170 @@ def test_aaggff_d_full_participation_equals_play_aaggff_d(variant):
         theta, state = agg.params, agg.state
     played = play_aaggff_d(np.vstack([R, np.zeros(K)]), variant=variant)
     assert_close(P_next, played[1:])
+
+
+# --------------------------------------------------------------------------------------------
+# variant="official" against the public code's server, transcribed
+# --------------------------------------------------------------------------------------------
+
+
+class PublicServer:
+    """The server of the public AAgFF code (vaseline555/AAggFF: ``FedavgServer.__init__``'s
+    ``mix_coefs``, ``AaggffServer.__init__`` and ``AaggffServer.update``), transcribed statement
+    by statement into NumPy float64 (the code runs torch float32). ``C`` is its command-line
+    client fraction (cross-silo when C == 1), ``fair_const`` its CDF switch. Its AAgFF-S step is
+    solved by cvxpy, as there (here Clarabel at tight tolerances, to compare argmins); its
+    learning-rate decay is left out (fairagg keeps η_s constant; lr_decay_step beyond the run)."""
+
+    FAIR_CONST = {"weibull": 0, "exponential": 1, "frechet": 2, "normal": 3, "gumbel": 4,
+                  "logistic": 5}  # fmt: skip
+
+    def __init__(self, K: int, C: float, cdf: str, server_lr: float = 1.0):
+        self.K, self.C, self.fair_const, self.lr = K, C, self.FAIR_CONST[cdf], server_lr
+        self.mix_coefs = np.ones(K) * C
+        if C == 1:
+            lipschitz = 1 / K
+            self.alpha = 4 * K * lipschitz
+            self.beta = 1 / (4 * lipschitz)
+            self.grad_hist = np.zeros(K)
+            self.hess_hist = np.eye(K) * self.alpha
+        else:
+            self.grad_hist = np.zeros(K)
+        self.round = 0
+
+    def update(self, theta, selected_ids, losses, deltas):
+        import cvxpy as cp
+
+        self.round += 1  # main.py: server.round = curr_round, from 1
+        K, C, sel = self.K, self.C, list(selected_ids)
+        r_t = np.zeros(K)
+        r_t[sel] = losses
+        x = r_t[sel] / r_t[sel].mean()
+        erfc = np.vectorize(math.erfc)
+        r_t[sel] = [
+            -np.exp(-(x**2)) + 1,
+            -np.exp(-x) + 1,
+            np.exp(-(1 / x)),
+            (erfc((x - 1) / 2**0.5) + 1) * 0.5,
+            np.exp(-np.exp(-(x - 1))),
+            1 / (np.exp(-(x - 1)) + 1),
+        ][self.fair_const]
+        if C < 1:
+            r_t[sel] = r_t[sel] * C
+        else:
+            r_t[sel] = r_t[sel] / K
+        if C == 1:
+            grad = -r_t / (self.mix_coefs @ r_t + 1)
+            self.grad_hist += grad
+            self.hess_hist += np.outer(grad, grad)
+            p_var = cp.Variable(K)
+            obj = (
+                self.grad_hist @ p_var
+                + 0.5 * self.alpha * cp.sum_squares(p_var)
+                + 0.5 * self.beta * cp.quad_form(p_var, cp.psd_wrap(self.hess_hist))
+            )
+            cp.Problem(cp.Minimize(obj), [cp.sum(p_var) == 1, p_var >= 0]).solve(
+                solver=cp.CLARABEL, tol_gap_abs=1e-13, tol_gap_rel=1e-13, tol_feas=1e-13
+            )
+            p_new = np.array(p_var.value)
+        else:
+            mean = r_t[sel].mean()
+            r_dr_t = np.ones(K) * mean
+            r_dr_t[sel] = (r_t[sel] - r_dr_t[sel]) / C
+            denominator = self.mix_coefs.sum() * mean + 1
+            first_term = -r_dr_t / denominator
+            second_term = (
+                (np.ones((K, 1)) @ self.mix_coefs.reshape(1, -1) * mean)
+                @ (r_dr_t - np.ones(K) * mean).reshape(-1, 1)
+                / denominator**2
+            ).squeeze()
+            self.grad_hist += first_term + second_term
+            neg_sum_grads = -self.grad_hist
+            z = neg_sum_grads * math.sqrt(math.log(K)) / math.sqrt(self.round + 1) / (2 + C)
+            p_new = np.exp(z - z.max())
+            p_new = p_new / p_new.sum()
+        self.mix_coefs = p_new.copy()
+        coef = self.mix_coefs[sel] / self.mix_coefs[sel].sum()
+        return theta - self.lr * coef @ deltas, coef
+
+
+def run_against_public(rule, server: PublicServer, K: int, m: int, T: int, seed: int):
+    """T rounds of ``rule`` and ``server`` on the same sorted samples of m clients, losses and
+    updates; returns the largest differences of (p, weights, θ) over the rounds."""
+    rng = np.random.default_rng(seed)
+    d = 5
+    theta = theta_pub = rng.normal(size=d)
+    state = rule.init(theta, K)
+    worst = np.zeros(3)
+    for _ in range(T):
+        ids = np.sort(rng.choice(K, size=m, replace=False))
+        F = rng.uniform(0.05, 4.0, m)
+        deltas = rng.normal(size=(m, d))
+        agg = rule.step(theta, make_reports(deltas, np.ones(m), losses=F, client_ids=ids), state)
+        theta_pub, coef = server.update(theta_pub, ids, F, deltas)
+        diffs = (agg.info["p"] - server.mix_coefs, agg.info["weights"] - coef,
+                 agg.params - theta_pub)  # fmt: skip
+        worst = np.maximum(worst, [np.max(np.abs(v)) for v in diffs])
+        theta, state = agg.params, agg.state
+    return worst
+
+
+@pytest.mark.parametrize("cdf", list(CDFS))
+def test_official_aaggff_s_is_the_public_cross_silo_server(cdf):
+    # All-ones p¹, the decreasing "normal", A = α(1+β)I + βΣggᵀ, b = Σg: every round's decision,
+    # weights and model equal the transcribed server's up to its QP solver's tolerance.
+    K = 5
+    worst = run_against_public(
+        aaggff_s(cdf=cdf, variant="official", server_lr=0.7), PublicServer(K, 1.0, cdf, 0.7),
+        K, K, 6, seed=21,
+    )  # fmt: skip
+    assert np.all(worst <= ORACLE_QP), worst
+
+
+@pytest.mark.parametrize("cdf", list(CDFS))
+def test_official_aaggff_d_is_the_public_cross_device_server(cdf):
+    # C = 0.3 with K = 7: the code samples ⌊2.1⌋ = 2 clients but uses 0.3, not m/K = 2/7, as the
+    # response scale, in the doubly-robust estimate, in L∞ = 2 + C and in p¹ = C·1. Closed forms
+    # only: equal to round-off.
+    K, C = 7, 0.3
+    rule = aaggff_d(cdf=cdf, variant="official", inclusion_probability=C, server_lr=0.7)
+    worst = run_against_public(rule, PublicServer(K, C, cdf, 0.7), K, 2, 8, seed=22)
+    assert np.all(worst <= 1e-12), worst
+    # Without the code's C the rule is another one: m/K ≠ C here.
+    other = aaggff_d(cdf=cdf, variant="official", server_lr=0.7)
+    assert run_against_public(other, PublicServer(K, C, cdf, 0.7), K, 2, 8, seed=22)[0] > 1e-6
+
+
+def test_official_normal_response_is_decreasing_in_the_loss():
+    # 1.5 − Φ_{N(1,1)}(x) at x = F/mean F = (0, 1, 2): 1.5 − Φ(−1), 1, 1.5 − Φ(1), times s.
+    from fairagg.online import aaggff_response
+
+    r = aaggff_response([0.0, 1.0, 2.0], cdf="normal", scale=0.5, variant="official")
+    Phi1 = 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    assert_close(r, 0.5 * np.array([0.5 + Phi1, 1.0, 1.5 - Phi1]))
+    paper = aaggff_response([0.0, 1.0, 2.0], cdf="normal", scale=0.5)
+    assert_close(paper, 0.5 * np.array([1 - Phi1, 0.5, Phi1]))
+    for cdf in set(CDFS) - {"normal"}:  # the other five are the paper's
+        F = [0.3, 1.0, 2.5]
+        assert_close(aaggff_response(F, cdf=cdf, variant="official"), aaggff_response(F, cdf=cdf))
+
+
+def test_inclusion_probability_is_the_c_of_every_formula():
+    # Paper variant with C given: s = C, ř_S = r̄ + (r − r̄)/C, L∞ = 2 + C, p¹ uniform.
+    K, S, F, C = 5, np.array([4, 1]), np.array([1.0, 3.0]), 0.55
+    agg = aaggff_d(inclusion_probability=C).step(
+        THETA, make_reports(DELTAS2, [3, 5], losses=F, client_ids=S), aaggff_d().init(THETA, K)
+    )
+    r, r_check, g, G, p_t, p_new, q = d_round_by_hand(np.zeros(K), 1, F, S, K, "weibull",
+                                                      "paper", C=C)  # fmt: skip
+    assert_close(agg.info["response"], r)
+    assert_close(agg.state.grad_sum, g)
+    assert_close(agg.info["p"], p_new)
+    assert_close(agg.info["weights"], q)
+    with pytest.raises(ValueError, match="inclusion_probability"):
+        aaggff_d(inclusion_probability=1.5)
+    with pytest.raises(ValueError, match="inclusion_probability"):
+        aaggff_d(inclusion_probability=0.0)
 
 
 # --------------------------------------------------------------------------------------------
