@@ -3,13 +3,15 @@ registry rule (full participation, gradients, averaged model)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fairagg import make_reports
+from fairagg import make_reports, oracles
 from fairagg.rules.afl import AFLState, afl, afl_step
 from fairagg.simplex import project_simplex
 from models import LogisticRegression
@@ -82,41 +84,80 @@ def test_mixture_step_is_the_exact_projection_and_stays_on_the_simplex(lam_raw, 
     assert np.all(res.mixture[worst] >= lam[worst] - 1e-12) or K == 1
 
 
-@settings(max_examples=15, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    T=st.integers(5, 60),
-    gw=st.floats(0.01, 1.0),
-    gl=st.floats(0.01, 1.0),
-    w_seed=st.integers(0, 10_000),
-)
-def test_descent_ascent_regret_bound_holds_for_any_comparator(seed, T, gw, gl, w_seed):
-    """The online-gradient analysis of simultaneous descent-ascent: for the averages θ̄, λ̄ of the
-    played points and any comparator w,
-
-        max_k F_k(θ̄) − Σ_k λ̄_k F_k(w) ≤ [‖θ⁰ − w‖²/(2γ_w) + (γ_w/2) Σ_t ‖Σ_k λ_k^t g_k^t‖²
-                                          + ‖λ⁰ − e_k*‖²/(2γ_λ) + (γ_λ/2) Σ_t ‖F(θ^t)‖²] / T,
-
-    k* the worst client at θ̄ (F_k convex for logistic regression). With w the minimax point the
-    right-hand side bounds max_k F_k(θ̄) − V*."""
+@functools.cache
+def minimax_point(seed: int) -> tuple[np.ndarray, float]:
+    """θ* and V* = min_θ max_k F_k(θ) of ``federated_problem(seed)``, solved by cvxpy."""
     clients = federated_problem(seed)
+    X = np.vstack([X for X, _ in clients])
+    y = np.concatenate([y for _, y in clients])
+    offsets = np.cumsum([0] + [y.size for _, y in clients])
+    opt = oracles.afl_optimum(MODEL, X, y, offsets)
+    return opt.x, opt.value
+
+
+def player_regrets(seed: int, T: int, gw: float, gl: float):
+    """Run AFL and measure both players' regrets against the comparators of the minimax analysis,
+    with their online-gradient bounds (η the step, u the comparator, z_t the played point):
+
+        θ-player  Σ_t λ^t·(F(θ^t) − F(θ*)) ≤ ‖θ⁰ − θ*‖²/(2γ_w) + (γ_w/2) Σ_t ‖Σ_k λ_k^t ∇F_k(θ^t)‖²
+        λ-player  Σ_t (F_{k*}(θ^t) − λ^t·F(θ^t)) ≤ ‖λ⁰ − e_{k*}‖²/(2γ_λ) + (γ_λ/2) Σ_t ‖F(θ^t)‖²
+
+    (the first by convexity of λ^t·F, a linearisation at θ^t; the second for the linear reward
+    λ ↦ λ·F(θ^t) and projected ascent), θ* the cvxpy minimax point and k* the client with the
+    largest cumulative loss. Their sum over T bounds the gap max_k F_k(θ̄) − λ̄·F(θ*) of the
+    averages, which is ≥ max_k F_k(θ̄) − V* ≥ 0 because θ* is the minimax point.
+    Returns ((regret, bound) of the θ-player, of the λ-player, (gap, bound) of the averages)."""
+    clients = federated_problem(seed)
+    K = len(clients)
+    w, _ = minimax_point(seed)
     theta0 = 0.1 * np.random.default_rng(seed + 1).normal(size=MODEL.num_params)
     thetas, lams, g2, F2, _ = run_afl(clients, T, gw, gl, theta0)
-    theta_bar, lam_bar = thetas.mean(axis=0), lams.mean(axis=0)
-    F_bar, _ = losses_and_grads(theta_bar, clients)
-    k = int(np.argmax(F_bar))
-    w = np.random.default_rng(w_seed).normal(size=MODEL.num_params)
+    F_t = np.array([losses_and_grads(th, clients)[0] for th in thetas])  # (T, K)
     F_w, _ = losses_and_grads(w, clients)
-    e = np.zeros(len(clients))
+    k = int(np.argmax(F_t.sum(axis=0)))
+    e = np.zeros(K)
     e[k] = 1.0
-    K = len(clients)
-    bound = (
-        np.sum((theta0 - w) ** 2) / (2 * gw)
-        + gw / 2 * g2.sum()
-        + np.sum((np.full(K, 1 / K) - e) ** 2) / (2 * gl)
-        + gl / 2 * F2.sum()
-    ) / T
-    assert F_bar[k] - lam_bar @ F_w <= bound * (1 + 1e-9) + 1e-12
+    theta_regret = float(np.einsum("tk,tk->", lams, F_t - F_w))
+    theta_bound = float(np.sum((theta0 - w) ** 2) / (2 * gw) + gw / 2 * g2.sum())
+    lam_regret = float(F_t[:, k].sum() - np.einsum("tk,tk->", lams, F_t))
+    lam_bound = float(np.sum((np.full(K, 1 / K) - e) ** 2) / (2 * gl) + gl / 2 * F2.sum())
+    F_bar, _ = losses_and_grads(thetas.mean(axis=0), clients)
+    gap = float(F_bar.max() - lams.mean(axis=0) @ F_w)
+    return (
+        (theta_regret, theta_bound),
+        (lam_regret, lam_bound),
+        (gap, (theta_bound + lam_bound) / T),
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 3),
+    T=st.integers(5, 300),
+    gw=st.floats(0.01, 1.0),
+    log_gl=st.floats(-2.3, 0.0),  # γ_λ from 0.005 to 1, log-uniformly
+)
+def test_descent_ascent_regret_bounds_hold_against_the_minimax_point(seed, T, gw, log_gl):
+    """Each player's regret is within its bound, and the averages' gap lies in [0, bound]: the
+    lower end is the minimax property of the cvxpy point (not a test of AFL), the upper end the
+    analysis. The λ-player's bound is what catches a mixture step in the wrong direction (λ
+    descending on F lets its regret grow like T; 1.2 to 3.7 × the bound at T = 300,
+    γ_λ ∈ [0.01, 0.1])."""
+    (rt, bt), (rl, bl), (gap, bound) = player_regrets(seed, T, gw, 10.0**log_gl)
+    assert rt <= bt * (1 + 1e-9)
+    assert rl <= bl * (1 + 1e-9)
+    _, V = minimax_point(seed)
+    # cvxpy's θ* is a minimax point to ~1e-8 relative (oracles.afl_optimum).
+    assert -1e-7 * V <= gap <= bound * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_descent_ascent_lambda_bound_is_within_a_small_factor_of_tight(seed):
+    """The bound the property test checks is not vacuous: with a small γ_λ over many rounds the
+    λ-player's regret is a quarter to a third of it (measured 0.25 and 0.33; a wrong-direction
+    mixture step exceeds it 2- to 3.4-fold at these settings)."""
+    _, (rl, bl), _ = player_regrets(seed, 300, 0.5, 0.01)
+    assert 0.2 < rl / bl <= 1.0
 
 
 # --------------------------------------------------------------------------------------------

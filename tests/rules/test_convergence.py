@@ -88,8 +88,10 @@ def test_qfedsgd_static_step_at_q0_reaches_the_mean_loss_optimum():
 
 @pytest.mark.parametrize("seed", [0, 3])
 def test_afl_averaged_iterate_approaches_the_cvxpy_minimax_value(seed):
-    """max_k F_k of AFL's reported average approaches V* = min_θ max_k F_k, and more rounds get
-    closer (the averaged descent-ascent gap decays like 1/T here)."""
+    """max_k F_k of AFL's reported average approaches V* = min_θ max_k F_k at the rate 1/T here:
+    ten times the rounds divide the gap by at least 5 (measured: by 15 to 18 for seeds 0, 3 and
+    5; by 3.1 to 4.6 per tripling from 100 to 3000 rounds). The generic descent-ascent analysis
+    promises only 1/√T, a division by 3.2, which this check rejects."""
     data = federated_data(seed)
     opt = oracles.afl_optimum(MODEL, data.X_train, data.y_train, data.train_offsets)
     lr = 1.0 / smoothness(data)
@@ -97,5 +99,6 @@ def test_afl_averaged_iterate_approaches_the_cvxpy_minimax_value(seed):
     for T in (100, 1000):
         worst = final_train_losses(afl(lambda_lr=0.5), data, T, lr).max()
         gaps.append((worst - opt.value) / opt.value)
-    assert gaps[0] > gaps[1]
-    assert -1e-7 < gaps[1] < 2e-3  # V* is a minimum: nothing lies below it (up to cvxpy)
+    assert gaps[0] > 1e-3  # far from V* at first, so that the ratio measures the rate
+    assert gaps[1] < gaps[0] / 5
+    assert -1e-7 < gaps[1]  # V* is a minimum: nothing lies below it (up to cvxpy)
