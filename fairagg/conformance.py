@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from . import RULES, make_rule
-from .vectors import FORMULAS, RULE_EXCLUDE, _compute, case_inputs
+from .vectors import FORMULAS, NON_UNIQUE, RULE_EXCLUDE, _compute, case_inputs
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -263,6 +263,7 @@ def _fedmgda_terms(
         "mixture": lam,
         "weights": server_lr * lam * (inv if normalise else np.ones_like(inv)),
         "min_norm": float(np.sqrt(max(float(lam @ G @ lam), 0.0))),
+        "inv_norms": inv,
     }
 
 
@@ -813,14 +814,103 @@ _DIFF_FIELDS = ("quantity", "formula", "round", "got", "want", "detail")
 
 
 def _first_diff(
-    got: Json, want: Json, order: Sequence[str], texts: Mapping[str, str], rnd: int | None, tol
+    got: Json,
+    want: Json,
+    order: Sequence[str],
+    texts: Mapping[str, str],
+    rnd: int | None,
+    tol,
+    another_optimum: Callable[[str, Json], bool] | None = None,
 ) -> _Diff | None:
     for k in order:
         if k in got and k in want:
             why = _close(got[k], want[k], *tol)
+            if why is not None and another_optimum is not None and another_optimum(k, got):
+                continue  # a different minimiser of a problem whose argmin is not unique
             if why is not None:
                 return _Diff(k, texts.get(k, ""), rnd, got[k], want[k], why)
     return None
+
+
+# ------------------------------------------------------------------------ non-unique argmins
+# Outputs whose argmin is not unique (vectors.NON_UNIQUE) pass when they are feasible, have
+# fairagg's objective value and meet the KKT conditions (_min_norm_optimal). The unique
+# quantities built from them (the min-norm vector, its norm, FedMGDA+'s θ^{t+1}) are still
+# compared entry by entry.
+
+
+def _min_norm_optimal(G: np.ndarray, lower: Any, upper: Any, lam: Any, value: float, tol) -> bool:
+    """Whether ``lam`` minimises λᵀGλ over {Σλ = 1, lower ≤ λ ≤ upper} as fairagg's point does
+    (objective ``value``): feasible, the same objective and the KKT conditions
+    max_{λ_i > lower_i} (Gλ)_i ≤ min_{λ_i < upper_i} (Gλ)_i (a multiplier of Σλ = 1 exists),
+    each to the comparison's tolerance scaled by m·max(1, max G_ii), the size of the error an
+    entrywise tolerance on λ allows there. Feasibility and either condition alone prove
+    optimality for this convex problem; both are checked."""
+    rtol, atol = tol
+    try:
+        x = np.asarray(lam, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    m = G.shape[0]
+    if x.shape != (m,) or not np.all(np.isfinite(x)):
+        return False
+    lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (m,))
+    hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (m,))
+    eps = atol + rtol
+    if abs(float(x.sum()) - 1.0) > m * eps or np.any(x < lo - eps) or np.any(x > hi + eps):
+        return False
+    slack = m * eps * max(1.0, float(np.max(np.abs(np.diag(G)))))
+    g = G @ x
+    if abs(float(x @ g) - value) > slack:
+        return False
+    down, up = x > lo + eps, x < hi - eps
+    return not (down.any() and up.any() and float(g[down].max() - g[up].min()) > slack)
+
+
+def _fedmgda_problem(deltas: Any, num_samples: Any, epsilon: float, server_lr: float):
+    """(G, lower, upper, 1/‖δ_k‖ or 0) of FedMGDA+'s QP, from the restated terms."""
+    t = _fedmgda_terms(deltas, num_samples, epsilon, server_lr)
+    G = t["g_hat"] @ t["g_hat"].T
+    lam0 = t["lambda0"]
+    return G, np.maximum(0.0, lam0 - epsilon), np.minimum(1.0, lam0 + epsilon), t["inv_norms"]
+
+
+def _another_optimum(
+    target: str, inputs: Json, params: Json, want: Json, tol
+) -> Callable[[str, Json], bool] | None:
+    """For a target of :data:`NON_UNIQUE`: a test of whether your output ``k`` is another
+    minimiser of the case's problem (see :func:`_min_norm_optimal`)."""
+    if target not in NON_UNIQUE:
+        return None
+    if target == "min_norm_weights":
+        G = np.asarray(inputs["gram"], dtype=np.float64)
+        G = (G + G.T) / 2
+        lo, hi = params.get("lower", 0.0), params.get("upper", np.inf)
+        key, scale_back = "x", None
+    elif target == "pareto_certificate":
+        grads = np.asarray(inputs["grads"], dtype=np.float64)
+        G, lo, hi, key, scale_back = grads @ grads.T, 0.0, np.inf, "weights", None
+    else:  # FedMGDA+, the formula or a round of the rule
+        eta = float(params.get("server_lr", 1.0))
+        G, lo, hi, inv = _fedmgda_problem(
+            inputs["deltas"], inputs["num_samples"], params["epsilon"], eta
+        )
+        key, scale_back = "mixture", eta * inv
+    lam_want = np.asarray(want[key], dtype=np.float64)
+    value = float(lam_want @ G @ lam_want)
+
+    def check(k: str, got: Json) -> bool:
+        if k == key:
+            return _min_norm_optimal(G, lo, hi, got[k], value, tol)
+        if k == "weights" and scale_back is not None and key in got:
+            # FedMGDA+'s weights are η λ_k/‖δ_k‖ of *your* λ, itself a minimiser
+            if not _min_norm_optimal(G, lo, hi, got[key], value, tol):
+                return False
+            mine = scale_back * np.asarray(got[key], dtype=np.float64)
+            return _close(got[k], mine, *tol) is None
+        return False
+
+    return check
 
 
 def _agrees(got: Json, other: Json, tol) -> bool:
@@ -920,7 +1010,8 @@ class _Checker:
             with np.errstate(all="ignore"):
                 extra = self.terms.run(case.inputs, params)
             full.update({k: v for k, v in extra.items() if k not in full})
-        diff = _first_diff(got, full, self._order(outputs), self.texts, None, self.tol)
+        other = _another_optimum(self.target, case.inputs, params, want, self.tol)
+        diff = _first_diff(got, full, self._order(outputs), self.texts, None, self.tol, other)
         if diff is not None:
             diff.yours = [got]
         return diff
@@ -964,7 +1055,10 @@ class _Checker:
                 with np.errstate(all="ignore"):
                     extra = _round_terms(self.target, theta, r, params) or {}
                 full.update({k: v for k, v in extra.items() if k not in full})
-            diff = _first_diff(got, full, self._order(outputs), self.texts, t, self.tol)
+            other = None
+            if self.target == "fedmgda":
+                other = _another_optimum(self.target, r, params, w, self.tol)
+            diff = _first_diff(got, full, self._order(outputs), self.texts, t, self.tol, other)
             if diff is not None:
                 diff.yours = yours
                 return diff

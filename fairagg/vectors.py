@@ -26,6 +26,12 @@ Case file (``schema_version`` 1)::
      "inputs": {...}, "expected": {...} or {"error": {"type": ..., "message": ...}},
      "tolerance": {output name: {"rtol": r, "atol": a} or {"exact": true}}}
 
+A tolerance entry may also carry ``"argmin"``, the problem the output minimises when its
+minimiser is not unique (a min-norm weighting λ over a singular Gram matrix,
+:data:`NON_UNIQUE`): there another minimiser is as right as the stored one, so compare the
+objective value and the optimality (KKT) conditions instead of the entries, as
+:func:`fairagg.conformance.check` does.
+
 An array is ``{"dtype": "float64" | "int64" | "bool", "shape": [...], "data": [flat, C order]}``
 or, when large, ``{"dtype": ..., "shape": [...], "file": "NAME.npy"}``. A rule case's inputs are
 ``{"params0": θ⁰, "num_clients": K, "rounds": [report fields of each round]}`` (the
@@ -910,6 +916,31 @@ def _compute(kind: str, name: str, inputs: dict[str, Any], params: dict[str, Any
     return _outputs(f.resolve()(*args, **params), f.exclude)
 
 
+#: Outputs that are an argmin of λᵀGλ over a box-simplex, by rule or formula: with a singular G
+#: (repeated, parallel or dependent vectors) the minimiser is not unique, and another one is as
+#: right as fairagg's. The unique quantities built from it (the min-norm vector, its norm,
+#: FedMGDA+'s θ^{t+1}) are compared entry by entry as usual.
+NON_UNIQUE: dict[str, dict[str, str]] = {
+    "min_norm_weights": {"x": "argmin λᵀGλ over {Σλ = 1, lower ≤ λ ≤ upper}"},
+    "pareto_certificate": {"weights": "argmin ‖Σλ_k g_k‖² over the simplex"},
+    "fedmgda_weights": {
+        "mixture": "argmin ‖Σλ_k ĝ_k‖² over {λ ∈ Δ, |λ − λ0| ≤ ε}",
+        "weights": "η λ_k / ‖δ_k‖ with λ any such argmin",
+    },
+    "fedmgda": {
+        "mixture": "argmin ‖Σλ_k ĝ_k‖² over {λ ∈ Δ, |λ − λ0| ≤ ε}",
+        "weights": "η λ_k / ‖δ_k‖ with λ any such argmin",
+    },
+}
+
+
+def _mark_non_unique(name: str, tol: Json) -> Json:
+    for k, text in NON_UNIQUE.get(name, {}).items():
+        if k in tol:
+            tol[k] = {**tol[k], "argmin": text}
+    return tol
+
+
 def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, Json]:
     """(expected, tolerance) of a case; an error the library raises is the expected result."""
     try:
@@ -925,8 +956,8 @@ def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, J
                 if "atol" in t and k in tol and "atol" in tol[k]:
                     t["atol"] = max(t["atol"], tol[k]["atol"])
                 tol[k] = t
-        return out, tol
-    return out, {k: _tolerance(v, rel) for k, v in out.items()}
+        return out, _mark_non_unique(name, tol)
+    return out, _mark_non_unique(name, {k: _tolerance(v, rel) for k, v in out.items()})
 
 
 def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, CaseInputs]:
@@ -1201,7 +1232,11 @@ SCHEMA: Json = {
                     {
                         "type": "object",
                         "required": ["rtol", "atol"],
-                        "properties": {"rtol": {"type": "number"}, "atol": {"type": "number"}},
+                        "properties": {
+                            "rtol": {"type": "number"},
+                            "atol": {"type": "number"},
+                            "argmin": {"type": "string"},
+                        },
                     },
                     {"type": "object", "required": ["exact"]},
                 ]

@@ -73,16 +73,43 @@ def rule_factory(name):
 # ------------------------------------------------------------------ fairagg itself conforms
 
 
+def nudged(x):
+    """``x`` with every float output moved by 1e-6 relative (and 1e-6 absolute, so zeros move):
+    far above the harness's tolerance, the size of a real slip such as a missing ε."""
+    if isinstance(x, dict):
+        return {k: nudged(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        vals = [nudged(v) for v in x]
+        return type(x)(*vals) if hasattr(x, "_fields") else type(x)(vals)
+    if isinstance(x, float) or (isinstance(x, np.ndarray) and x.dtype.kind == "f"):
+        return x * (1 + 1e-6) + 1e-6
+    return x
+
+
 @pytest.mark.parametrize("target", C.targets())
-def test_fairagg_conforms_to_itself_on_every_target(target):
-    # Exercises every target's golden cases, generated inputs and calling convention.
+def test_the_harness_passes_fairagg_and_fails_it_nudged_on_every_target(target):
+    # Plumbing: every target's golden cases, generated inputs and calling convention run on
+    # fairagg itself, with no false alarm. That alone compares fairagg with itself and could not
+    # fail on a wrong formula; the second half is what makes it a test of the harness: the same
+    # function with its outputs nudged by 1e-6 must be reported as not conforming.
     if target in FORMULAS:
         fn, adapter = FORMULAS[target].resolve(), Adapter()
+
+        def wrong(*args, **kwargs):
+            return nudged(fn(*args, **kwargs))
     else:
         fn, adapter = rule_factory(target), Adapter(stateful=True)
+
+        def wrong(*args, **kwargs):
+            step = fn(*args, **kwargs)
+            return lambda *a, **k: nudged(step(*a, **k))
+
     report = check(fn, target, adapter=adapter, max_examples=25)
     assert report and report.golden >= 2 and report.generated >= 20
     assert "conforms" in str(report)
+    bad = check(wrong, target, adapter=adapter, max_examples=25, raise_on_mismatch=False)
+    assert not bad
+    assert "differs from fairagg" in str(bad), str(bad)
 
 
 def test_targets_are_the_rules_then_the_formulas_without_overlap():
@@ -163,6 +190,99 @@ def test_fedmgda_solved_with_cvxpy_conforms_at_a_solver_tolerance():
 
     # the min-norm point is unique even where λ* is not: θ^{t+1} is checked
     assert check(fedmgda, "fedmgda", max_examples=20, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------ non-unique argmins
+
+
+def reversed_order(solve):
+    """A correct min-norm solver that breaks ties the other way: fairagg's, on the coordinates in
+    reverse order. Where the argmin is not unique it returns another minimiser."""
+
+    def other(gram, lower=0.0, upper=np.inf):
+        rev = lambda a: np.asarray(a)[::-1] if np.ndim(a) else a  # noqa: E731
+        return rev(solve(np.asarray(gram)[::-1, ::-1], lower=rev(lower), upper=rev(upper)))
+
+    return other
+
+
+def test_two_identical_vectors_have_two_right_answers():
+    # ‖λ_1 v + λ_2 v‖² = ‖v‖² for every λ in the simplex: (1, 0) and (0, 1) are both minimisers.
+    # The reversed solver returns the other vertex, and conforms; a point that is not a minimiser
+    # of another Gram matrix with the same shape does not.
+    from fairagg.simplex import min_norm_weights
+
+    other = reversed_order(lambda G, **kw: min_norm_weights(G, **kw).x)
+    G = np.ones((2, 2))
+    assert_array_equal = np.testing.assert_array_equal
+    assert_array_equal(min_norm_weights(G).x, [1.0, 0.0])
+    assert_array_equal(other(G), [0.0, 1.0])
+    report = check(other, "min_norm_weights", max_examples=60)
+    assert report and report.generated >= 50
+
+    def uniform(gram, lower=0.0, upper=np.inf):  # feasible, but a minimiser only by chance
+        return np.full(np.shape(gram)[0], 1.0 / np.shape(gram)[0])
+
+    bad = check(uniform, "min_norm_weights", max_examples=60, raise_on_mismatch=False)
+    assert not bad and bad.mismatch.quantity == "x"
+
+
+def test_another_pareto_weighting_conforms_and_a_wrong_direction_does_not():
+    from fairagg.pareto import ParetoCertificate, pareto_certificate
+    from fairagg.simplex import min_norm_weights
+
+    solve = reversed_order(lambda G, **kw: min_norm_weights(G, **kw).x)
+
+    def certificate(grads):
+        lam = solve(grads @ grads.T)
+        d = lam @ grads
+        return ParetoCertificate(float(np.linalg.norm(d)), lam, d)
+
+    g = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # rows 0 and 1 repeat: λ is not unique
+    assert not np.allclose(certificate(g).weights, pareto_certificate(g).weights)
+    assert check(certificate, "pareto_certificate", max_examples=60)
+
+    def off(grads):  # a minimiser's weights, but the direction of another weighting
+        c = certificate(grads)
+        return ParetoCertificate(c.value, c.weights, c.direction * (1 + 1e-6))
+
+    bad = check(off, "pareto_certificate", max_examples=60, raise_on_mismatch=False)
+    assert not bad and bad.mismatch.quantity == "direction"
+
+
+def test_fedmgda_with_another_minimiser_conforms_as_formula_and_rule():
+    from fairagg.rules.fedmgda import MGDAWeights, fedmgda_weights
+    from fairagg.simplex import min_norm_weights
+
+    solve = reversed_order(lambda G, **kw: min_norm_weights(G, **kw).x)
+
+    def weights(deltas, num_samples, epsilon, server_lr=1.0):
+        norms = np.linalg.norm(deltas, axis=1)
+        inv = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+        g = deltas * inv[:, None]
+        lam0 = num_samples / np.sum(num_samples)
+        lo, hi = np.maximum(0, lam0 - epsilon), np.minimum(1, lam0 + epsilon)
+        lam = lam0 if epsilon == 0 else solve(g @ g.T, lower=lo, upper=hi)
+        return MGDAWeights(lam, server_lr * lam * inv, float(np.linalg.norm(lam @ g)))
+
+    # Three updates, two of them parallel: a whole segment of λ is optimal.
+    D = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]])
+    mine, ref = weights(D, np.array([1, 1, 1]), 1.0), fedmgda_weights(D, [1, 1, 1], 1.0)
+    assert not np.allclose(mine.mixture, ref.mixture)
+    assert check(weights, "fedmgda_weights", max_examples=60)
+
+    def rule(params, deltas, num_samples, epsilon, server_lr):
+        w = weights(deltas, num_samples, epsilon, server_lr)
+        return {"params": params - w.weights @ deltas, "mixture": w.mixture, "weights": w.weights}
+
+    assert check(rule, "fedmgda", max_examples=30)
+
+    def wrong_weights(deltas, num_samples, epsilon, server_lr=1.0):
+        w = weights(deltas, num_samples, epsilon, server_lr)
+        return MGDAWeights(w.mixture, w.weights * 1.001, w.min_norm)  # not η λ_k/‖δ_k‖
+
+    bad = check(wrong_weights, "fedmgda_weights", max_examples=60, raise_on_mismatch=False)
+    assert not bad and bad.mismatch.quantity == "weights"
 
 
 # ------------------------------------------------------------------------- planted mistakes

@@ -211,3 +211,20 @@ def test_another_seed_draws_other_inputs(tmp_path):
     b = load_case(GOLDEN / "rules" / "fedavg" / "small.json")
     assert a["seed"] == 7 and not np.array_equal(a["inputs"]["params0"], b["inputs"]["params0"])
     assert check_vectors(tmp_path) == []
+
+
+def test_stored_non_unique_outputs_say_which_problem_they_minimise():
+    # Every stored case of a target with a non-unique argmin marks those outputs, so that a
+    # reader of the JSON knows to compare the objective and KKT conditions there.
+    from fairagg.vectors import NON_UNIQUE
+
+    seen = 0
+    for path in sorted(GOLDEN.rglob("*.json")):
+        if path.name in ("index.json", "schema.json"):
+            continue
+        case = json.loads(path.read_text())
+        for k, text in NON_UNIQUE.get(case["name"], {}).items():
+            if k in case["tolerance"]:
+                assert case["tolerance"][k]["argmin"] == text, path
+                seen += 1
+    assert seen >= 30
