@@ -724,7 +724,7 @@ FORMULAS: dict[str, Formula] = {
         Formula(
             "aaggff_response",
             _mod("online.aaggff_response"),
-            "r_k = Φ(F_k / mean_j F_j) · s, Φ the Weibull CDF 1 − exp(−x) (AAgFF, SPEC §5)",
+            "r_k = Φ(F_k / mean_j F_j) · s, Φ the Weibull CDF 1 − exp(−x²) (AAgFF, SPEC §5)",
             ("losses",),
             lambda rng: _response_cases(rng, "weibull"),
         ),
