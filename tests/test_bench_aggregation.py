@@ -129,7 +129,7 @@ def test_json_holds_meta_and_the_same_rows(tiny_run):
     assert len(data["rows"]) == len(rows)
     for jr, cr in zip(data["rows"], rows, strict=True):
         assert (jr["m"], jr["d"], jr["backend"]) == (int(cr["m"]), int(cr["d"]), cr["backend"])
-        assert math.isclose(jr["ws_ratio"], float(cr["ws_ratio"]))
+        assert math.isclose(jr["ws_ratio"], float(cr["ws_ratio"]), rel_tol=1e-12)
 
 
 def test_target_rule_and_tolerances(script):

@@ -130,7 +130,7 @@ def test_proportional_inclusion_frequency_increases_with_n():
     # Exact successive-sampling inclusion probabilities, e.g. the largest client:
     # P = 160/310 + Σ_j (n_j/310)(160/(310 − n_j)) ≈ 0.83.
     probs = inclusion_probabilities(n, m)
-    assert np.isclose(probs.sum(), m)  # sanity of the enumeration: E|S| = m
+    assert np.isclose(probs.sum(), m, rtol=1e-12, atol=0)  # sanity of the enumeration: E|S| = m
     assert_binomial(counts, probs, draws)
 
 
