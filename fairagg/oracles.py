@@ -49,6 +49,7 @@ optimality.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -429,8 +430,17 @@ def min_norm_point(
     are returned as the solver gives them: compare points (``vectors.T @ x``) or values, not
     weights, in that case.
 
-    Typical accuracy with the default OSQP settings: ~1e-13 or better on the point and the value
-    (polished); Clarabel ~1e-11.
+    The problem is solved on the vectors divided by the power of two that brings their largest
+    entry into [½, 1) (exact; the argmin is unchanged and the value is scaled back): a solver's
+    absolute tolerances would otherwise stop it early on tiny vectors (OSQP returned λ = (½, ½)
+    for v = (1.4e-6, 0), whose minimiser is (0, 1)). Typical accuracy with the default OSQP
+    settings: ~1e-13 or better on the point and the value relative to that scale (polished);
+    Clarabel ~1e-11. On degenerate hulls (affinely dependent vectors, near-parallel faces) both
+    can do much worse: OSQP may stop at its iteration limit (RuntimeError) or at a looser rung
+    of its tolerance ladder, Clarabel short of the optimum (points 1e-7 to 1e-6 off on
+    (2⁻⁸, 1), (0, 1), (1, 1)). A check that holds whatever the solver's accuracy: the min-norm
+    point p* satisfies ‖p* − q‖² ≤ ‖q‖² − ‖p*‖² for every point q of the hull, so a point
+    ``vectors.T @ x`` of the hull bounds the distance to p*.
 
     Parameters
     ----------
@@ -452,9 +462,14 @@ def min_norm_point(
     if V.shape[1] == 0:
         raise ValueError(f"vectors must have at least one column; got shape {V.shape}")
     lo, hi = _box(lower, upper, V.shape[0], 1.0)
+    top = float(np.max(np.abs(V)))
+    e = math.frexp(top)[1] if top > 0 else 0
+    W = np.ldexp(V, -e)  # largest entry in [1/2, 1): the argmin is scale-free
     lam = cp.Variable(V.shape[0])
-    problem = cp.Problem(cp.Minimize(cp.sum_squares(V.T @ lam)), _box_constraints(lam, lo, hi, 1.0))
-    return OracleResult(*_solve(problem, lam, solver, _QP_SOLVER, solver_options, "min_norm_point"))
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(W.T @ lam)), _box_constraints(lam, lo, hi, 1.0))
+    x, value, status, name = _solve(problem, lam, solver, _QP_SOLVER, solver_options,
+                                    "min_norm_point")  # fmt: skip
+    return OracleResult(x, math.ldexp(value, 2 * e), status, name)
 
 
 def a_norm_projection(

@@ -440,8 +440,14 @@ def _chol_kkt(A, b, x, state, free, nf, L, total):  # pragma: no cover - compile
         for k in range(a):
             u[k] -= L[a, k] * ua
             v[k] -= L[a, k] * va
-    nu = (total - fixed_sum - u.sum()) / v.sum()
-    return u + nu * v, nu - c
+    vs = v.sum()
+    nu = (total - fixed_sum - u.sum()) / vs
+    xf = u + nu * v
+    # u + ν'v cancels where A_FF is ill-conditioned (diagonal entries 1 and 1e-12: |u|, |ν'v|
+    # ~1e12 for x ~ 1), and the equality then misses by ~1e-7. One refinement step along v
+    # (A_FF v = 1, so stationarity holds with ν shifted) restores 1ᵀx_F to rounding.
+    e = (total - fixed_sum - xf.sum()) / vs
+    return xf + e * v, nu + e - c
 
 
 @numba.njit(cache=True)
@@ -819,6 +825,9 @@ def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray
     """Validated (A symmetrised, b, max |A|); A's finiteness is checked in the symmetry pass."""
     Am = as_float_array(A, name_a, ndim=2, dtype=np.float64, allow_int=True, finite=False)
     bv = as_float_array(b, "b", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    # The compiled solver's products want C order: a strided view (A[::-1, ::-1], a transpose)
+    # would otherwise run slowly and emit a NumbaPerformanceWarning.
+    Am, bv = np.ascontiguousarray(Am), np.ascontiguousarray(bv)
     K = bv.size
     if Am.shape != (K, K):
         raise ValueError(f"{name_a} must have shape ({K}, {K}) to match b; got {Am.shape}")

@@ -7,6 +7,8 @@ point) and the KKT conditions are checked without a solver, on inputs too badly 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -1384,3 +1386,37 @@ def test_min_norm_weights_terminates_on_many_degenerate_gram_matrices():
         res = min_norm_weights(V @ V.T, lower=lo, upper=hi)
         assert np.all(res.x >= lo - 1e-12) and np.all(res.x <= hi + 1e-12)
         assert abs(res.x.sum() - 1.0) < 1e-12 and res.kkt_residual < 1e-10
+
+
+def test_an_ill_conditioned_free_block_still_meets_the_equality():
+    # diag(1.28, 2e-12), found by best_fixed_decision's proximal Newton near its optimum: the
+    # free-set solve u + ν'v cancels terms of size ~1e12, and without a refinement step the
+    # answer summed to 1 + 1.1e-7. The exact minimiser, in rational arithmetic: stationarity
+    # a_i x_i + b_i = ν and x_1 + x_2 = 1 give ν = (1 + Σ b_i/a_i) / Σ 1/a_i.
+    from fractions import Fraction
+
+    A = np.diag([1.2800000000020006, 2.0006774015757973e-12])
+    b = np.array([-0.9600000000015005, -5.001693503457419e-13])
+    a1, a2 = Fraction(A[0, 0]), Fraction(A[1, 1])
+    b1, b2 = Fraction(b[0]), Fraction(b[1])
+    nu = (1 + b1 / a1 + b2 / a2) / (1 / a1 + 1 / a2)
+    exact = [float((nu - b1) / a1), float((nu - b2) / a2)]
+    for x0 in (None, [0.75, 0.25], [0.5, 0.5]):
+        res = solve_simplex_qp(A, b, x0=x0)
+        np.testing.assert_allclose(res.x, exact, rtol=0, atol=4e-16)
+        assert abs(res.x.sum() - 1.0) <= 2.3e-16
+
+
+def test_strided_views_are_solved_silently_and_equal_to_contiguous_copies():
+    # A[::-1, ::-1] or a transpose is a strided view: the compiled solver must not warn
+    # (NumbaPerformanceWarning) and must give the answer of the contiguous copy.
+    rng = np.random.default_rng(4)
+    M = rng.normal(size=(5, 5))
+    A = M @ M.T + np.eye(5)
+    b = rng.normal(size=10)[::2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = solve_simplex_qp(A[::-1, ::-1], b).x
+        lam = min_norm_weights((M @ M.T)[::-1, ::-1].T).x
+    np.testing.assert_array_equal(got, solve_simplex_qp(A[::-1, ::-1].copy(), b.copy()).x)
+    np.testing.assert_array_equal(lam, min_norm_weights((M @ M.T)[::-1, ::-1].T.copy()).x)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -81,6 +81,17 @@ def roundoff_scale(D, H, res):
     )
 
 
+def near_rho_tie(U: np.ndarray) -> bool:
+    """Whether two rows of U have a cosine within 1e-14 of −ρ, the conflict threshold: there the
+    conflict test's outcome is decided by the last bits of the dot product and its threshold."""
+    n = norm(U, axis=1)
+    keep = n > 0
+    V = U[keep] / n[keep, None]
+    cos = V @ V.T
+    np.fill_diagonal(cos, 0.0)
+    return bool(np.any(np.abs(cos + RHO) <= 1e-14))
+
+
 @settings(max_examples=300, deadline=None)
 @given(r=fedfv_rounds())
 def test_gram_version_equals_the_vector_version(r):
@@ -89,6 +100,10 @@ def test_gram_version_equals_the_vector_version(r):
     number ‖mean δ‖ Σ|c_l|‖u_l‖ / ‖ḡ‖ (the rescaling divides by ‖ḡ‖, which has cancelled)."""
     D, losses, kw = r
     H = kw["history"].updates
+    # A pair whose cosine is −ρ to round-off (the strategy's grid of magnitudes reaches it, e.g.
+    # (−0.53, 0) and (1.78e-11, 1.78)) is a conflict for one summation order and not for the
+    # other: both decisions are right there, so such rounds are not compared.
+    assume(not near_rho_tie(np.vstack([D, H])))
     raw = {m: fedfv_direction(D, losses, method=m, rescale=False, **kw) for m in ("gram", "vector")}
     g, v = raw["gram"], raw["vector"]
     np.testing.assert_array_equal(g.order, v.order)
