@@ -97,16 +97,16 @@ def _as_nonnegative(values: ArrayLike, name: str = "values") -> np.ndarray:
     return v
 
 
-def _normalised(values: ArrayLike, what: str, name: str = "values") -> np.ndarray:
+def _normalised(values: ArrayLike, what: str) -> np.ndarray:
     """Validate a non-negative vector and divide it by its maximum (scale-free measures only).
 
     After the division the largest entry is 1, so sums lie in ``[1, N]`` and no product below can
     underflow to a zero denominator or overflow.
     """
-    v = _as_nonnegative(values, name)
+    v = _as_nonnegative(values, "values")
     top = float(v.max())
     if top == 0.0:
-        raise ValueError(f"{name} is all zero: {what} is undefined")
+        raise ValueError(f"values is all zero: {what} is undefined")
     return v / top
 
 

@@ -542,3 +542,56 @@ def test_gini_sample_form_needs_two_values():
 def test_bad_alpha_is_rejected_naming_the_argument(alpha, error, match):
     with pytest.raises(error, match=match):
         alpha_fair_utility([0.5, 1.0], alpha)
+
+
+# ------------------------------------------------------------------------- found by mutation
+
+
+@pytest.mark.parametrize(
+    ("fn", "what"),
+    [
+        (angle_to_ones, "the angle to the all-ones vector"),
+        (kl_to_uniform, "KL\\(a \\|\\| uniform\\)"),
+        (entropy, "the entropy"),
+        (gini, "the Gini coefficient"),
+        (jain_index, "Jain's index"),
+    ],
+)
+def test_an_all_zero_vector_is_refused_saying_what_is_undefined(fn, what):
+    with pytest.raises(ValueError, match=f"^values is all zero: {what} is undefined$"):
+        fn([0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [angle_to_ones, kl_to_uniform, entropy, gini, jain_index, accuracy_variance, average_accuracy],
+)
+def test_float32_input_is_computed_in_float64(fn):
+    # The metrics promise float64 arithmetic: float32 input is widened first, so its result is
+    # the float64 result on the same (float32-rounded) values, not float32 arithmetic (~1e-7).
+    x32 = np.random.default_rng(3).uniform(0.05, 0.95, 40).astype(np.float32)
+    got = fn(x32)
+    want = fn(x32.astype(np.float64))
+    assert type(got) is float
+    assert got == pytest.approx(want, rel=1e-13, abs=1e-13)
+
+
+def test_average_accuracy_names_the_argument_that_is_wrong():
+    with pytest.raises(ValueError, match="accuracies"):
+        average_accuracy([0.5, 0.5, 0.5], [1, 2])
+    with pytest.raises(ValueError, match="num_samples"):
+        average_accuracy([0.5, 0.5], [[1, 2]])  # a 2-D count array
+
+
+def test_gini_sample_must_be_a_bool_and_the_message_shows_what_came():
+    with pytest.raises(TypeError, match="sample must be a bool; got str 'yes'"):
+        gini([1.0, 2.0], sample="yes")
+
+
+def test_alpha_fair_utility_overflows_to_infinity_silently():
+    # (1e-300)^(1−3)/(1−3) = −1e600/2: −inf, as documented, without a RuntimeWarning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert alpha_fair_utility([1e-300, 1.0], 3.0) == -math.inf
