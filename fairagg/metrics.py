@@ -103,7 +103,7 @@ def _normalised(values: ArrayLike, what: str) -> np.ndarray:
     After the division the largest entry is 1, so sums lie in ``[1, N]`` and no product below can
     underflow to a zero denominator or overflow.
     """
-    v = _as_nonnegative(values, "values")
+    v = _as_nonnegative(values)
     top = float(v.max())
     if top == 0.0:
         raise ValueError(f"values is all zero: {what} is undefined")
@@ -147,7 +147,7 @@ def average_accuracy(accuracies: ArrayLike, num_samples: ArrayLike | None = None
     a = _as_accuracies(accuracies)
     if num_samples is None:
         return float(100.0 * np.mean(a))
-    n = as_int_array(num_samples, "num_samples", ndim=1, min_value=1)
+    n = as_int_array(num_samples, "num_samples", min_value=1)  # 1-D
     check_same_length("accuracies", a, "num_samples", n)
     w = n.astype(np.float64)
     return float(100.0 * np.dot(w, a) / np.sum(w))

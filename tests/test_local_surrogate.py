@@ -101,16 +101,20 @@ def test_propfair_scale_is_the_surrogate_derivative(f, M, huber):
         expected = 1.0 / eps if huber else 1.0 / M
     else:
         return  # within h of the switch
-    assert propfair_scale(f, M, eps, huber) == pytest.approx(expected, rel=1e-15)
+    assert propfair_scale(f, M, eps, huber) == pytest.approx(expected, rel=1e-15, abs=0)
 
 
 def test_propfair_scale_is_continuous_with_huber_only():
     M, eps = 3.0, 0.2
     at = M - eps
-    assert propfair_scale(at, M, eps, True) == pytest.approx(1.0 / eps, rel=1e-15)
-    assert propfair_scale(np.nextafter(at, M), M, eps, True) == pytest.approx(1.0 / eps, rel=1e-15)
+    assert propfair_scale(at, M, eps, True) == pytest.approx(1.0 / eps, rel=1e-15, abs=0)
+    assert propfair_scale(np.nextafter(at, M), M, eps, True) == pytest.approx(
+        1.0 / eps, rel=1e-15, abs=0
+    )
     # Without Huber the factor jumps from 1/ε to 1/M at the switch (the official behaviour).
-    assert propfair_scale(np.nextafter(at, M), M, eps, False) == pytest.approx(1.0 / M, rel=1e-15)
+    assert propfair_scale(np.nextafter(at, M), M, eps, False) == pytest.approx(
+        1.0 / M, rel=1e-15, abs=0
+    )
 
 
 @pytest.mark.parametrize("name", ["logistic", "mlp-tanh"])

@@ -577,10 +577,29 @@ def test_float32_input_is_computed_in_float64(fn):
 
 
 def test_average_accuracy_names_the_argument_that_is_wrong():
-    with pytest.raises(ValueError, match="accuracies"):
+    with pytest.raises(ValueError, match="^accuracies and num_samples must have the same length"):
         average_accuracy([0.5, 0.5, 0.5], [1, 2])
-    with pytest.raises(ValueError, match="num_samples"):
-        average_accuracy([0.5, 0.5], [[1, 2]])  # a 2-D count array
+    for counts in ([[1, 2]], [[1], [2]]):  # 2-D counts, even with one row per client
+        with pytest.raises(ValueError, match="num_samples"):
+            average_accuracy([0.5, 0.5], counts)
+
+
+def test_gini_sample_form_needs_two_values_and_says_why():
+    with pytest.raises(ValueError, match=r"^sample=True needs at least two values \(factor"):
+        gini([3.0], sample=True)
+
+
+def test_gini_of_a_nearly_constant_vector_is_exact():
+    # Shifting by the minimum (Σ(2i − N − 1) = 0 allows any shift) keeps the differences exact:
+    # v = 1 − (3, 2, 1, 0)·h, h = 2⁻⁵³ (the spacing below 1; max 1, so the normalisation is
+    # exact), has Gini Σ(2i − 5) d_i / (4 Σ v) = 10h / (4 Σ v). Shifted the other way
+    # (v + v_min ≈ 2, where the spacing is 4h) the differences round and the numerator is 0.
+    from fractions import Fraction
+
+    h = 2.0**-53
+    v = [1.0 - 3 * h, 1.0 - 2 * h, 1.0 - h, 1.0]
+    exact = Fraction(10) * Fraction(h) / (4 * sum(Fraction(x) for x in v))
+    assert gini(v) == pytest.approx(float(exact), rel=1e-12, abs=0)
 
 
 def test_gini_sample_must_be_a_bool_and_the_message_shows_what_came():
