@@ -257,9 +257,12 @@ def test_fedmgda_with_another_minimiser_conforms_as_formula_and_rule():
     solve = reversed_order(lambda G, **kw: min_norm_weights(G, **kw).x)
 
     def weights(deltas, num_samples, epsilon, server_lr=1.0):
-        norms = np.linalg.norm(deltas, axis=1)
+        top = np.max(np.abs(deltas), axis=1)  # ‖δ_k‖ without underflow (δ ~ 1e-167 occurs)
+        R = np.divide(deltas, top[:, None], out=np.zeros_like(deltas), where=top[:, None] > 0)
+        norms = top * np.linalg.norm(R, axis=1)
         inv = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
-        g = deltas * inv[:, None]
+        g = np.divide(R, (norms / np.where(top > 0, top, 1))[:, None], out=np.zeros_like(R),
+                      where=norms[:, None] > 0)  # fmt: skip
         lam0 = num_samples / np.sum(num_samples)
         lo, hi = np.maximum(0, lam0 - epsilon), np.minimum(1, lam0 + epsilon)
         lam = lam0 if epsilon == 0 else solve(g @ g.T, lower=lo, upper=hi)
