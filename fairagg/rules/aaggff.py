@@ -265,17 +265,17 @@ def aaggff_d(
 ) -> Rule:
     """AAgFF-D, the cross-device rule: entropic FTRL on a doubly-robust gradient estimate (SPEC §5).
 
-    Round t with m of K clients selected (C = m/K unless given): r_i = Φ(F_i/mean F)·C for i ∈ S;
-    ř and r̄ from
-    :func:`fairagg.online.dr_response` (``variant="paper"``: r̄ + (r_i − r̄)/C for selected
-    clients; ``"official"``: (r_i − r̄)/C); ĝ from :func:`fairagg.online.dr_gradient` at p_t;
-    G_t = G_{t−1} + ĝ; p_{t+1} ∝ exp(−√(log K) G_t / (L∞ √(t+1))), t counted from 1. The
-    aggregation weights over S are computed from the logits (a softmax over S), so they never
-    underflow. C = m/K is the exact inclusion probability of uniform sampling without
-    replacement. ``variant="official"`` plays p¹ = C·1 (the public code's first decision; it is
-    not on the simplex and enters only the first round's ĝ), and takes the code's decreasing
-    "normal" CDF (:func:`fairagg.online.aaggff_response`); the module docstring lists what the
-    code does that no variant reproduces.
+    Round t with m of K clients selected (C = m/K unless given): r_i = Φ(F_i/mean F)·C for
+    i ∈ S; ř and r̄ from :func:`fairagg.online.dr_response` (``variant="paper"``:
+    r̄ + (r_i − r̄)/C for selected clients; ``"official"``: (r_i − r̄)/C); ĝ from
+    :func:`fairagg.online.dr_gradient` at p_t; G_t = G_{t−1} + ĝ;
+    p_{t+1} ∝ exp(−√(log K) G_t / (L∞ √(t+1))), t counted from 1. The aggregation weights over
+    S are computed from the logits (a softmax over S), so they never underflow. C = m/K is the
+    exact inclusion probability of uniform sampling without replacement.
+    ``variant="official"`` plays p¹ = C·1 (the public code's first decision; it is not on the
+    simplex and enters only the first round's ĝ), and takes the code's decreasing "normal" CDF
+    (:func:`fairagg.online.aaggff_response`); the module docstring lists what the code does that
+    no variant reproduces.
 
     Parameters
     ----------
@@ -298,7 +298,9 @@ def aaggff_d(
     if lipschitz is not None:
         check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     if inclusion_probability is not None:
-        check_real(inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True)
+        inclusion_probability = check_real(
+            inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True
+        )
     hyper = {
         "cdf": cdf,
         "lipschitz": lipschitz,
@@ -326,7 +328,7 @@ def aaggff_d(
         K = state.grad_sum.size
         ids = client_indices(reports, K)
         m = ids.size
-        C = m / K if inclusion_probability is None else float(inclusion_probability)
+        C = m / K if inclusion_probability is None else inclusion_probability
         L = 2.0 + C if lipschitz is None else lipschitz
         if official and state.rounds == 0:
             p_t = official_first_decision(K, C)
