@@ -1420,3 +1420,58 @@ def test_strided_views_are_solved_silently_and_equal_to_contiguous_copies():
         lam = min_norm_weights((M @ M.T)[::-1, ::-1].T).x
     np.testing.assert_array_equal(got, solve_simplex_qp(A[::-1, ::-1].copy(), b.copy()).x)
     np.testing.assert_array_equal(lam, min_norm_weights((M @ M.T)[::-1, ::-1].T.copy()).x)
+
+
+# ------------------------------------------------------------------------- found by mutation
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lower": [0.6, 0.6]}, r"^the box-simplex is empty: sum\(lower\) = 1.2 > total = 1.0$"),
+        ({"upper": [0.4, 0.4]}, r"^the box-simplex is empty: sum\(upper\) = 0.8 < total = 1.0$"),
+        (
+            {"lower": [0.5, 0.2], "upper": [0.4, 1.0]},
+            r"^lower must not exceed upper; lower\[0\] = 0.5 > upper\[0\] = 0.4$",
+        ),
+        ({"upper": [np.nan, 1.0]}, r"^upper must hold real numbers or \+inf; got NaN or -inf$"),
+        ({"upper": [-np.inf, 1.0]}, r"^upper must hold real numbers or \+inf; got NaN or -inf$"),
+        ({"lower": [0.1, 0.1, 0.1]}, r"^lower must be a scalar or have shape \(2,\); got \(3,\)$"),
+        ({"upper": [[1.0, 1.0]]}, r"^upper must be a scalar or have shape \(2,\); got \(1, 2\)$"),
+        ({"total": 0.0}, r"^total must be > 0.0; got 0.0$"),
+        ({"total": -1.0}, r"^total must be > 0.0; got -1.0$"),
+    ],
+)
+def test_an_empty_or_malformed_box_is_refused_with_its_numbers(kwargs, message):
+    solvers = [
+        lambda **kw: project_box_simplex([0.3, 0.2], **kw),
+        lambda **kw: solve_simplex_qp(np.eye(2), [0.0, 0.0], **kw),
+    ]
+    if "total" not in kwargs:  # min_norm_weights' total is 1
+        solvers.append(lambda **kw: min_norm_weights(np.eye(2), **kw))
+    for solve in solvers:
+        with pytest.raises(ValueError, match=message):
+            solve(**kwargs)
+
+
+def test_boundary_boxes_are_accepted_exactly():
+    # Σ lower = total (a single point), lower = upper (a single point), and Σ lower within the
+    # 1e-12 relative slack of total are feasible; 1e-11 beyond is not.
+    assert_close(project_box_simplex([0.3, 0.2], lower=[0.5, 0.5]), [0.5, 0.5])
+    assert_close(project_box_simplex([0.3, 0.9], lower=0.25, upper=0.25, total=0.5), [0.25, 0.25])
+    assert_close(project_box_simplex([0.3, 0.2], upper=[0.5, 0.5]), [0.5, 0.5])
+    project_box_simplex([0.3, 0.2], lower=[0.5, 0.5 + 5e-13])
+    with pytest.raises(ValueError, match="empty"):
+        project_box_simplex([0.3, 0.2], lower=[0.5, 0.5 + 1e-11])
+    project_box_simplex([0.3, 0.2], upper=[0.5, 0.5 - 5e-13])
+    with pytest.raises(ValueError, match="empty"):
+        project_box_simplex([0.3, 0.2], upper=[0.5, 0.5 - 1e-11])
+
+
+def test_the_qp_takes_another_total_and_refuses_no_iterations():
+    # ½‖x‖² + x_2 over {x ≥ 0, Σx = ½}: all the mass on x_1.
+    assert_close(solve_simplex_qp(np.eye(2), [0.0, 1.0], total=0.5).x, [0.5, 0.0])
+    with pytest.raises(ValueError, match=r"^max_iter must be >= 1; got 0$"):
+        solve_simplex_qp(np.eye(2), [0.0, 0.0], max_iter=0)
+    with pytest.raises(ValueError, match=r"^max_iter must be >= 1; got 0$"):
+        min_norm_weights(np.eye(2), max_iter=0)
