@@ -1475,3 +1475,13 @@ def test_the_qp_takes_another_total_and_refuses_no_iterations():
         solve_simplex_qp(np.eye(2), [0.0, 0.0], max_iter=0)
     with pytest.raises(ValueError, match=r"^max_iter must be >= 1; got 0$"):
         min_norm_weights(np.eye(2), max_iter=0)
+
+
+def test_box_errors_name_the_bound_and_the_first_index_that_is_wrong():
+    # lower = upper at index 0 is allowed; the error names index 1, where lower > upper.
+    with pytest.raises(ValueError, match=r"^lower must not exceed upper; lower\[1\] = 0.5 > "):
+        project_box_simplex([0.3, 0.2], lower=[0.3, 0.5], upper=[0.3, 0.4])
+    with pytest.raises(TypeError, match="^upper "):
+        project_box_simplex([0.3, 0.2], upper=["a", "b"])
+    with pytest.raises(TypeError, match="^lower "):
+        project_box_simplex([0.3, 0.2], lower=["a", "b"])
