@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -845,14 +846,15 @@ def _min_norm_optimal(G: np.ndarray, lower: Any, upper: Any, lam: Any, value: fl
     max_{λ_i > lower_i} (Gλ)_i ≤ min_{λ_i < upper_i} (Gλ)_i (a multiplier of Σλ = 1 exists),
     each to the comparison's tolerance scaled by m·max(1, max G_ii), the size of the error an
     entrywise tolerance on λ allows there. Feasibility and either condition alone prove
-    optimality for this convex problem; both are checked."""
+    optimality for this convex problem; both are checked. Anything not finite fails (a NaN
+    compares False with every tolerance, so each test is written to pass only when true)."""
     rtol, atol = tol
     try:
         x = np.asarray(lam, dtype=np.float64)
     except (TypeError, ValueError):
         return False
     m = G.shape[0]
-    if x.shape != (m,) or not np.all(np.isfinite(x)):
+    if x.shape != (m,) or not (np.all(np.isfinite(x)) and np.all(np.isfinite(G))):
         return False
     lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (m,))
     hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (m,))
@@ -861,10 +863,10 @@ def _min_norm_optimal(G: np.ndarray, lower: Any, upper: Any, lam: Any, value: fl
         return False
     slack = m * eps * max(1.0, float(np.max(np.abs(np.diag(G)))))
     g = G @ x
-    if abs(float(x @ g) - value) > slack:
+    if not abs(float(x @ g) - value) <= slack:
         return False
     down, up = x > lo + eps, x < hi - eps
-    return not (down.any() and up.any() and float(g[down].max() - g[up].min()) > slack)
+    return not (down.any() and up.any() and not float(g[down].max() - g[up].min()) <= slack)
 
 
 def _fedmgda_problem(deltas: Any, num_samples: Any, epsilon: float, server_lr: float):
@@ -879,36 +881,42 @@ def _another_optimum(
     target: str, inputs: Json, params: Json, want: Json, tol
 ) -> Callable[[str, Json], bool] | None:
     """For a target of :data:`NON_UNIQUE`: a test of whether your output ``k`` is another
-    minimiser of the case's problem (see :func:`_min_norm_optimal`)."""
+    minimiser of the case's problem (see :func:`_min_norm_optimal`). The problem is built only
+    when an output differs from fairagg's."""
     if target not in NON_UNIQUE:
         return None
-    if target == "min_norm_weights":
-        G = np.asarray(inputs["gram"], dtype=np.float64)
-        G = (G + G.T) / 2
-        lo, hi = params.get("lower", 0.0), params.get("upper", np.inf)
-        key, scale_back = "x", None
-    elif target == "pareto_certificate":
-        grads = np.asarray(inputs["grads"], dtype=np.float64)
-        G, lo, hi, key, scale_back = grads @ grads.T, 0.0, np.inf, "weights", None
-    else:  # FedMGDA+, the formula or a round of the rule
-        eta = float(params.get("server_lr", 1.0))
-        G, lo, hi, inv = _fedmgda_problem(
-            inputs["deltas"], inputs["num_samples"], params["epsilon"], eta
-        )
-        key, scale_back = "mixture", eta * inv
-    lam_want = np.asarray(want[key], dtype=np.float64)
-    value = float(lam_want @ G @ lam_want)
+    key = {"min_norm_weights": "x", "pareto_certificate": "weights"}.get(target, "mixture")
+
+    @functools.cache
+    def problem() -> tuple[np.ndarray, Any, Any, np.ndarray | None, float]:
+        scale_back = None
+        if target == "min_norm_weights":
+            G = np.asarray(inputs["gram"], dtype=np.float64)
+            G = (G + G.T) / 2
+            lo, hi = params.get("lower", 0.0), params.get("upper", np.inf)
+        elif target == "pareto_certificate":
+            grads = np.asarray(inputs["grads"], dtype=np.float64)
+            G, lo, hi = grads @ grads.T, 0.0, np.inf
+        else:  # FedMGDA+, the formula or a round of the rule (ĝ_k are unit vectors)
+            eta = float(params.get("server_lr", 1.0))
+            G, lo, hi, inv = _fedmgda_problem(
+                inputs["deltas"], inputs["num_samples"], params["epsilon"], eta
+            )
+            scale_back = eta * inv
+        lam_want = np.asarray(want[key], dtype=np.float64)
+        return G, lo, hi, scale_back, float(lam_want @ G @ lam_want)
 
     def check(k: str, got: Json) -> bool:
+        if k != key and not (k == "weights" and key == "mixture" and key in got):
+            return False
+        G, lo, hi, scale_back, value = problem()
+        if not _min_norm_optimal(G, lo, hi, got[key], value, tol):
+            return False
         if k == key:
-            return _min_norm_optimal(G, lo, hi, got[k], value, tol)
-        if k == "weights" and scale_back is not None and key in got:
-            # FedMGDA+'s weights are η λ_k/‖δ_k‖ of *your* λ, itself a minimiser
-            if not _min_norm_optimal(G, lo, hi, got[key], value, tol):
-                return False
-            mine = scale_back * np.asarray(got[key], dtype=np.float64)
-            return _close(got[k], mine, *tol) is None
-        return False
+            return True
+        # FedMGDA+'s weights are η λ_k/‖δ_k‖ of *your* λ, itself a minimiser
+        mine = scale_back * np.asarray(got[key], dtype=np.float64)
+        return _close(got[k], mine, *tol) is None
 
     return check
 
