@@ -14,6 +14,7 @@ attaining it is the MGDA direction's weights. It is computed exactly by the min-
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,11 +38,20 @@ class ParetoCertificate(NamedTuple):
 
 
 def pareto_certificate(grads: Any) -> ParetoCertificate:
-    """The Pareto-stationarity certificate of the gradients ``grads`` (shape (K, d), finite)."""
+    """The Pareto-stationarity certificate of the gradients ``grads`` (shape (K, d), finite).
+
+    Scale-free: the min-norm weights are computed on ``grads`` divided by the power of two that
+    brings the largest |entry| into [½, 1) (exact), so the Gram matrix neither overflows (at
+    gradients ~1e160) nor underflows to zero (at ~1e-170, where the value came out 0 and λ
+    arbitrary); the direction and the value are scaled back.
+    """
     G = as_float_array(grads, "grads", ndim=2, dtype=np.float64, min_size=1)
-    lam = min_norm_weights(G @ G.T).x
-    direction = lam @ G
-    return ParetoCertificate(float(np.linalg.norm(direction)), lam, direction)
+    top = float(np.max(np.abs(G)))
+    e = math.frexp(top)[1] if top > 0 else 0
+    S = np.ldexp(G, -e)
+    lam = min_norm_weights(S @ S.T).x
+    d = lam @ S
+    return ParetoCertificate(math.ldexp(float(np.linalg.norm(d)), e), lam, np.ldexp(d, e))
 
 
 def model_pareto_certificate(model: FlatModel, params: Any, data: Any) -> ParetoCertificate:

@@ -4,9 +4,11 @@ limits, zero updates, and the certificate on problems whose Pareto set is known.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -193,3 +195,27 @@ def test_model_certificate_vanishes_at_the_mean_loss_optimum():
     away = model_pareto_certificate(MODEL, opt.x + 0.5, data)
     # cvxpy's argmin is accurate to ~1e-4 of the gradient scale (tests/test_oracles_fl.py).
     assert at_opt.value < 1e-4 < away.value
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    G=hnp.arrays(
+        np.float64, st.tuples(st.integers(1, 6), st.integers(1, 5)), elements=finite_floats(1.0)
+    ),
+    k=st.integers(-1000, 1000),
+)
+def test_certificate_at_every_scale_is_the_certificate_scaled(G, k):
+    # c(2^k g) = 2^k c(g) with the same λ: the Gram matrix of gradients near 1e±160 would over-
+    # or underflow (at 1e-170 the value came out 0 and λ arbitrary; at 1e160 an error about
+    # "gram", not the user's argument, and an overflow warning).
+    import warnings
+
+    scaled = np.ldexp(G, k)
+    assume(np.all(np.ldexp(scaled, -k) == G))  # no entry lost to subnormals at this k
+    ref = pareto_certificate(G)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = pareto_certificate(scaled)
+    np.testing.assert_array_equal(got.weights, ref.weights)
+    np.testing.assert_array_equal(got.direction, np.ldexp(ref.direction, k))
+    assert got.value == math.ldexp(ref.value, k)
