@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fairagg import apply_weighted_update, fairavg, fedavg, make_reports
 from fairagg.kernels import (
     BACKENDS,
+    available_backends,
     gram,
     row_sq_norms,
     two_combinations,
@@ -381,3 +382,173 @@ def test_numba_sums_of_many_short_rows(shape, dtype):
     assert_close(total, ref, dtype=dtype, scale=m)
     D[m // 2, d // 2] = np.nan
     assert not weighted_update(theta, D, w, "numba")[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Every public kernel checks its arguments before compiled code runs, and one dtype rule holds on
+# every backend (the module docstring of fairagg.kernels).
+# --------------------------------------------------------------------------------------------
+
+KERNELS = (
+    "weighted_sum",
+    "weighted_update",
+    "weighted_sum_sq_norms",
+    "row_sq_norms",
+    "gram",
+    "two_combinations",
+)
+
+
+def _kernel_call(name, w, D, theta, W2, backend):
+    """The kernel ``name`` on (weights, deltas, theta, (2, m) weights), and its float64
+    reference on the same numbers, as tuples of arrays."""
+    import fairagg.kernels as K
+
+    w64, D64, t64, W64 = (np.asarray(a, dtype=np.float64) for a in (w, D, theta, W2))
+    f = getattr(K, name)
+    if name == "weighted_sum":
+        return (f(w, D, backend),), (w64 @ D64,)
+    if name == "weighted_update":
+        return (f(theta, D, w, backend)[0],), (t64 - w64 @ D64,)
+    if name == "weighted_sum_sq_norms":
+        return f(w, D, backend), (w64 @ D64, (D64 * D64).sum(axis=1))
+    if name == "row_sq_norms":
+        return (f(D, backend),), ((D64 * D64).sum(axis=1),)
+    if name == "gram":
+        return (f(D, backend),), (D64 @ D64.T,)
+    return (f(W2, D, backend),), (W64 @ D64,)
+
+
+def _expected_dtypes(name, dtype):
+    # Sums keep the float dtype of deltas; bool/integer/float16 count as float64 numbers.
+    sums = np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64) else np.float64
+    return {
+        "weighted_sum": (sums,),
+        "weighted_update": (sums,),  # theta has deltas' dtype here
+        "weighted_sum_sq_norms": (sums, np.float64),
+        "row_sq_norms": (np.float64,),
+        "gram": (np.float64,),
+        "two_combinations": (np.float64,),
+    }[name]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize(
+    "dtype", [np.bool_, np.int8, np.int64, np.uint16, np.float16, np.float32, np.float64]
+)
+def test_every_kernel_computes_numbers_in_every_dtype_on_every_backend(backend, name, dtype):
+    # Integer and bool updates are numbers: fractional weights must not be cast to integers
+    # (kernels.weighted_sum(0.25 * ones(4), arange(20).reshape(4, 5)) once returned zeros).
+    rng = np.random.default_rng(3)
+    m, d = 4, 5
+    if dtype is np.bool_:
+        D = rng.random((m, d)) < 0.5
+    else:
+        D = rng.integers(0, 6, (m, d)).astype(dtype)
+    theta = rng.integers(-3, 4, d).astype(dtype)
+    w = np.array([0.25, 0.5, 0.125, 0.375])
+    W2 = np.vstack([w, 1 - w])
+    got, ref = _kernel_call(name, w, D, theta, W2, backend)
+    for g, r, want in zip(got, ref, _expected_dtypes(name, dtype), strict=True):
+        g = g.copy_to_host() if hasattr(g, "copy_to_host") else g
+        assert g.dtype == want, (name, backend, g.dtype)
+        # Small integers times dyadic weights: exact in float32 and float64 alike.
+        np.testing.assert_array_equal(g, r)
+
+
+def test_weighted_update_result_dtype_promotes_theta_and_deltas(backend):
+    D32 = np.ones((2, 3), dtype=np.float32)
+    w = np.array([0.5, 0.25])
+    out32, _ = weighted_update(np.ones(3, np.float32), D32, w, backend)
+    out64, _ = weighted_update(np.ones(3), D32, w, backend)
+    out_int, _ = weighted_update(np.ones(3, np.int64), D32, w, backend)
+    assert (out32.dtype, out64.dtype, out_int.dtype) == (np.float32, np.float64, np.float64)
+    np.testing.assert_array_equal(out64, np.full(3, 0.25))
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("m,d", [(0, 0), (0, 3), (3, 0)])
+def test_every_kernel_handles_empty_dimensions(backend, name, m, d):
+    D = np.ones((m, d))
+    got, ref = _kernel_call(name, np.ones(m), D, np.ones(d), np.ones((2, m)), backend)
+    for g, r in zip(got, ref, strict=True):
+        g = g.copy_to_host() if hasattr(g, "copy_to_host") else g
+        assert g.shape == r.shape
+        np.testing.assert_array_equal(g, r)
+
+
+def _bad_kernel_calls():
+    """(kernel, args, exception, message) for each family of bad input."""
+    D, w, th = np.ones((4, 5)), np.ones(4), np.ones(5)
+    return [
+        ("weighted_sum", (np.ones(3), D), ValueError, r"weights must have shape \(4,\)"),
+        ("weighted_sum", (np.ones((4, 1)), D), ValueError, "weights must be 1-D"),
+        ("weighted_sum", (w, np.ones(5)), ValueError, r"deltas must be 2-D, shape \(m, d\)"),
+        ("weighted_sum", (w, np.ones((4, 5, 1))), ValueError, "deltas must be 2-D"),
+        ("weighted_sum", (w, D.astype(complex)), TypeError, "deltas must hold real numbers"),
+        ("weighted_sum", (w.astype(object), D), TypeError, "weights must hold real numbers"),
+        ("weighted_sum", (w, [[1, 2], [3]]), TypeError, "deltas must be an array of real"),
+        ("weighted_sum", (w, "deltas"), TypeError, "deltas must hold real numbers"),
+        ("weighted_update", (np.zeros(0), D, w), ValueError, r"theta must have shape \(5,\)"),
+        ("weighted_update", (None, D, w), TypeError, "theta must hold real numbers.*NoneType"),
+        ("weighted_update", (th, D, np.ones(5)), ValueError, r"weights must have shape \(4,\)"),
+        ("weighted_update", (th[:, None], D, w), ValueError, "theta must be 1-D"),
+        ("weighted_sum_sq_norms", (np.ones(2), D), ValueError, "weights must have shape"),
+        ("weighted_sum_sq_norms", (w, D.astype("U1")), TypeError, "deltas must hold real"),
+        ("row_sq_norms", (np.ones(5),), ValueError, "deltas must be 2-D"),
+        ("row_sq_norms", (None,), TypeError, "deltas must hold real numbers"),
+        ("gram", (D.astype(np.complex64),), TypeError, "deltas must hold real numbers"),
+        ("gram", (np.ones((2, 2, 2)),), ValueError, "deltas must be 2-D"),
+        ("two_combinations", (np.ones((2, 3)), D), ValueError, r"weights must have shape \(2, 4\)"),
+        ("two_combinations", (w, D), ValueError, "weights must be 2-D"),
+        ("two_combinations", (np.ones((2, 4), complex), D), TypeError, "weights must hold real"),
+    ]
+
+
+@pytest.mark.parametrize("case", _bad_kernel_calls(), ids=lambda c: f"{c[0]}-{c[3][:24]}")
+def test_bad_kernel_input_is_refused_naming_the_argument(case):
+    # The checks run before the backend dispatch; the compiled backends are checked in a
+    # subprocess below (a regression there could crash the interpreter).
+    import fairagg.kernels as K
+
+    name, args, exc, msg = case
+    with pytest.raises(exc, match=msg):
+        getattr(K, name)(*args, backend="numpy")
+
+
+def test_bad_kernel_input_never_reaches_compiled_code():
+    # These once crashed the interpreter (glibc abort: kernels.weighted_update(np.zeros(0),
+    # np.ones((4, 5)), np.ones(4), backend="numba")) or read past the end of an array in the
+    # Numba kernels; run them in a fresh interpreter so that a crash fails this test instead of
+    # taking the test session down.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    code = """
+import re
+from fairagg.kernels import available_backends
+import fairagg.kernels as K
+from tests.test_kernels import _bad_kernel_calls
+for backend in available_backends(simulator=True)[1:]:
+    for name, args, exc, msg in _bad_kernel_calls():
+        try:
+            getattr(K, name)(*args, backend=backend)
+        except exc as e:
+            print("ok" if re.search(msg, str(e)) else f"message {name}: {e}")
+        else:
+            print(f"accepted {name} {msg}")
+"""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    backends = 2 if "cuda" in available_backends(simulator=True) else 1
+    assert run.stdout.split("\n")[:-1] == ["ok"] * (backends * len(_bad_kernel_calls())), run.stdout

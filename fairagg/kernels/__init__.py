@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import (
+    FLOAT_DTYPES,
+    _describe,
+    check_choice,
+    check_device_array,
+    is_device_array,
+)
 
 __all__ = [
     "BACKENDS",
@@ -70,118 +76,201 @@ def check_backend(backend: str) -> str:
     return backend
 
 
-def weighted_sum(weights: np.ndarray, deltas: np.ndarray, backend: str = "numpy") -> np.ndarray:
-    """Σ_k weights_k · deltas_k, shape (d,), for validated ``weights`` (m,) and ``deltas`` (m, d).
+def _real_dtype(dtype: Any, name: str) -> np.dtype:
+    """The float dtype in which an array of ``dtype`` is computed (see the module docstring)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers (bool, integer or float); got dtype {dt}")
+    return dt if dt in FLOAT_DTYPES else np.dtype(np.float64)
 
-    One pass over the (m, d) matrix (a BLAS matrix-vector product on the NumPy backend). On
-    ``"cuda"``, ``deltas`` may be a device array, and the sum is then one too.
+
+def _host(x: Any, name: str, ndim: int) -> tuple[np.ndarray, np.dtype]:
+    """A host argument as an ndarray of ``ndim`` dimensions, and the float dtype it computes in."""
+    if isinstance(x, np.ndarray):
+        a = x
+    else:
+        try:
+            a = np.asarray(x)
+        except (TypeError, ValueError) as exc:  # ragged nested sequences
+            raise TypeError(
+                f"{name} must be an array of real numbers; got {type(x).__name__}"
+            ) from exc
+    if a.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{name} must hold real numbers (bool, integer or float); got {_describe(x)}"
+        )
+    dt = _real_dtype(a.dtype, name)
+    if a.ndim != ndim:
+        want = "(m, d)" if ndim == 2 else "(n,)"
+        raise ValueError(f"{name} must be {ndim}-D, shape {want}; got shape {a.shape}")
+    return a, dt
+
+
+def _operand(x: Any, name: str, ndim: int, backend: str) -> tuple[Any, np.dtype]:
+    """``_host``, or a CUDA device array (``backend="cuda"`` only), checked without a copy."""
+    if is_device_array(x):
+        if backend != "cuda":
+            raise ValueError(
+                f"{name} is a CUDA device array: it needs backend='cuda'; got {backend!r}"
+            )
+        check_device_array(x, name, ndim=ndim)
+        return x, np.dtype(x.dtype)
+    return _host(x, name, ndim)
+
+
+def _matching(x: Any, name: str, length: int, what: str) -> tuple[np.ndarray, np.dtype]:
+    """A 1-D host argument of ``length`` entries (the ``what`` axis of ``deltas``)."""
+    a, dt = _host(x, name, 1)
+    if a.shape[0] != length:
+        raise ValueError(
+            f"{name} must have shape ({length},) to match the {what} of deltas; got {a.shape}"
+        )
+    return a, dt
+
+
+def _cast(a: Any, dtype: np.dtype, backend: str) -> Any:
+    """``a`` in ``dtype`` (C-contiguous for the compiled backends); device arrays as they are."""
+    if is_device_array(a):
+        return a
+    if backend == "numpy":
+        return a.astype(dtype, copy=False)
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def weighted_sum(weights: Any, deltas: Any, backend: str = "numpy") -> Any:
+    """Σ_k weights_k · deltas_k, shape (d,), for ``weights`` (m,) and ``deltas`` (m, d).
+
+    One pass over the (m, d) matrix (a BLAS matrix-vector product on the NumPy backend), in the
+    float dtype of ``deltas``. On ``"cuda"``, ``deltas`` may be a device array, and the sum is
+    then one too.
     """
-    check_choice(backend, "backend", BACKENDS)
+    check_backend(backend)
+    D, dtype = _operand(deltas, "deltas", 2, backend)
+    w, _ = _matching(weights, "weights", D.shape[0], "rows")
+    w, D = _cast(w, dtype, backend), _cast(D, dtype, backend)
     if backend == "cuda":
-        return _cuda().weighted_sum(weights, deltas)
+        return _cuda().weighted_sum(w, D)
     if backend == "numba":
         from . import cpu
 
-        return cpu.weighted_sum(np.asarray(weights), np.ascontiguousarray(deltas))
-    return weights.astype(deltas.dtype, copy=False) @ deltas
+        return cpu.weighted_sum(w, D)
+    return w @ D
 
 
 def weighted_update(
-    theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray, backend: str = "numpy"
-) -> tuple[np.ndarray, bool]:
-    """θ − Σ_k weights_k δ_k for validated ``theta`` (d,), ``deltas`` (m, d), ``weights`` (m,).
+    theta: Any, deltas: Any, weights: Any, backend: str = "numpy"
+) -> tuple[Any, bool]:
+    """θ − Σ_k weights_k δ_k for ``theta`` (d,), ``deltas`` (m, d), ``weights`` (m,).
 
     Returns ``(out, maybe_finite)``: ``maybe_finite`` is True when every entry of ``out`` is
-    certainly finite; False asks the caller for a full check (see ``kernels.cpu``). The CUDA
-    backend also takes numba device arrays, and returns a device array when ``theta`` is one.
+    certainly finite; False asks the caller for a full check (see ``kernels.cpu``). ``out`` has
+    the promotion of ``theta``'s and ``deltas``' float dtypes. The CUDA backend also takes numba
+    device arrays, and returns a device array when ``theta`` is one.
     """
-    check_choice(backend, "backend", BACKENDS)
+    check_backend(backend)
+    D, ddt = _operand(deltas, "deltas", 2, backend)
+    t, tdt = _operand(theta, "theta", 1, backend)
+    if t.shape[0] != D.shape[1]:
+        raise ValueError(
+            f"theta must have shape ({D.shape[1]},) to match the columns of deltas; "
+            f"got {tuple(t.shape)}"
+        )
+    w, _ = _matching(weights, "weights", D.shape[0], "rows")
+    dtype = np.result_type(tdt, ddt)
+    w, D, t = _cast(w, dtype, backend), _cast(D, dtype, backend), _cast(t, dtype, backend)
     if backend == "numba":
         from . import cpu
 
-        dtype = np.result_type(theta, deltas)
-        return cpu.weighted_update(
-            np.ascontiguousarray(theta, dtype=dtype),
-            np.ascontiguousarray(deltas, dtype=dtype),
-            np.asarray(weights, dtype=dtype),
-        )
+        return cpu.weighted_update(t, D, w)
     if backend == "cuda":
-        cu = _cuda()
-        if isinstance(theta, np.ndarray) and isinstance(deltas, np.ndarray):
-            dtype = np.result_type(theta, deltas)
-            theta = np.ascontiguousarray(theta, dtype=dtype)
-            deltas = np.ascontiguousarray(deltas, dtype=dtype)
-        return cu.weighted_update(theta, deltas, weights)
-    out = theta - weighted_sum(weights, deltas)
+        return _cuda().weighted_update(t, D, w)
+    out = t - w @ D
     return out, bool(np.isfinite(out.sum()))
 
 
 def weighted_sum_sq_norms(
-    weights: np.ndarray, deltas: Any, backend: str = "numpy"
+    weights: Any, deltas: Any, backend: str = "numpy"
 ) -> tuple[Any, np.ndarray]:
-    """(Σ_k weights_k δ_k, ‖δ_k‖²) for validated ``weights`` (m,) and ``deltas`` (m, d): the sum
-    in the dtype of ``deltas``, the squared norms in float64. ``"numba"`` and ``"cuda"`` read
+    """(Σ_k weights_k δ_k, ‖δ_k‖²) for ``weights`` (m,) and ``deltas`` (m, d): the sum in the
+    float dtype of ``deltas``, the squared norms in float64. ``"numba"`` and ``"cuda"`` read
     the matrix once for both (q-FedAvg's fused reduction); the reference is the two NumPy
     expressions."""
-    check_choice(backend, "backend", BACKENDS)
+    check_backend(backend)
+    D, dtype = _operand(deltas, "deltas", 2, backend)
+    w, _ = _matching(weights, "weights", D.shape[0], "rows")
+    w, D = _cast(w, dtype, backend), _cast(D, dtype, backend)
     if backend == "cuda":
-        return _cuda().weighted_sum_sq_norms(weights, deltas)
+        return _cuda().weighted_sum_sq_norms(w, D)
     if backend == "numba":
         from . import cpu
 
-        return cpu.weighted_sum_sq_norms(np.asarray(weights), np.ascontiguousarray(deltas))
-    return weighted_sum(np.asarray(weights), deltas), row_sq_norms(deltas)
+        return cpu.weighted_sum_sq_norms(w, D)
+    return w @ D, _row_sq_norms(D)
 
 
-def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:
-    """‖δ_k‖² of each row of a validated (m, d) ``deltas``, float64, shape (m,).
-
-    The reference squares and sums in float64; float32 input is widened first.
-    """
-    check_choice(backend, "backend", BACKENDS)
-    if backend == "cuda":
-        return _cuda().row_sq_norms(deltas)
-    if backend == "numba":
-        from . import cpu
-
-        return cpu.row_sq_norms(np.ascontiguousarray(deltas))
-    D = np.asarray(deltas, dtype=np.float64)
+def _row_sq_norms(D: np.ndarray) -> np.ndarray:
+    D = np.asarray(D, dtype=np.float64)
     return np.einsum("ij,ij->i", D, D)
 
 
+def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:
+    """‖δ_k‖² of each row of an (m, d) ``deltas``, float64, shape (m,).
+
+    The reference squares and sums in float64; float32 input is widened first.
+    """
+    check_backend(backend)
+    D, dtype = _operand(deltas, "deltas", 2, backend)
+    D = _cast(D, dtype, backend)
+    if backend == "cuda":
+        return _cuda().row_sq_norms(D)
+    if backend == "numba":
+        from . import cpu
+
+        return cpu.row_sq_norms(D)
+    return _row_sq_norms(D)
+
+
 def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
-    """G = D Dᵀ of a validated (m, d) ``deltas``, float64, shape (m, m), exactly symmetric.
+    """G = D Dᵀ of an (m, d) ``deltas``, float64, shape (m, m), exactly symmetric.
 
     The reference is one float64 GEMM (float32 input is widened first); ``"numba"`` is a
     register-tiled one-pass kernel for small m (up to 48 rows on one Numba thread, 128 on
     more: 1.4-2.5× faster than OpenBLAS's SYRK there, see ``cpu.GRAM_MAX_M``) and the BLAS call
     above; ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
     """
-    check_choice(backend, "backend", BACKENDS)
+    check_backend(backend)
+    D, dtype = _operand(deltas, "deltas", 2, backend)
+    D = _cast(D, dtype, backend)
     if backend == "cuda":
-        return _cuda().gram(deltas)
+        return _cuda().gram(D)
     if backend == "numba":
         from . import cpu
 
-        if cpu.use_gram_kernel(deltas.shape[0]):
-            return cpu.gram(np.ascontiguousarray(deltas))
-    D = np.asarray(deltas, dtype=np.float64)
+        if cpu.use_gram_kernel(D.shape[0]):
+            return cpu.gram(D)
+    D = np.asarray(D, dtype=np.float64)
     G = D @ D.T
     return np.triu(G) + np.triu(G, 1).T
 
 
-def two_combinations(weights: np.ndarray, deltas: Any, backend: str = "numpy") -> np.ndarray:
-    """``weights @ deltas`` for a (2, m) ``weights`` and a validated (m, d) ``deltas``, float64,
+def two_combinations(weights: Any, deltas: Any, backend: str = "numpy") -> np.ndarray:
+    """``weights @ deltas`` for a (2, m) ``weights`` and an (m, d) ``deltas``, float64,
     shape (2, d): FedFV's ḡ and mean update. ``"numba"`` and ``"cuda"`` read the matrix once
     for both rows (BLAS reads the right factor of a (2, m) × (m, d) product about half as fast
     as a plain stream); the reference is the float64 matrix product."""
-    check_choice(backend, "backend", BACKENDS)
-    W = np.asarray(weights, dtype=np.float64)
+    check_backend(backend)
+    D, dtype = _operand(deltas, "deltas", 2, backend)
+    W, _ = _host(weights, "weights", 2)
+    if W.shape != (2, D.shape[0]):
+        raise ValueError(
+            f"weights must have shape (2, {D.shape[0]}) to match the rows of deltas; got {W.shape}"
+        )
+    W = np.ascontiguousarray(W, dtype=np.float64)
     if backend == "cuda":
-        return _cuda().two_combinations(W, deltas)
-    D = np.asarray(deltas, dtype=np.float64)
+        return _cuda().two_combinations(W, _cast(D, dtype, backend))
+    D = np.asarray(D, dtype=np.float64)
     if backend == "numba":
         from . import cpu
 
-        return cpu.two_combinations(np.ascontiguousarray(W), np.ascontiguousarray(D))
+        return cpu.two_combinations(W, np.ascontiguousarray(D))
     return W @ D

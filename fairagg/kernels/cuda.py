@@ -287,11 +287,11 @@ def weighted_update(theta: Any, deltas: Any, weights: Any) -> tuple[Any, bool]:
     ``out`` is a device array when ``theta`` is one, else a NumPy array.
     """
     d_theta, d_deltas = _to_device(theta), _to_device(deltas)
-    dtype = np.dtype(d_deltas.dtype)
+    dtype = np.result_type(d_theta.dtype, d_deltas.dtype)
     w = _to_device(np.asarray(weights, dtype=dtype))
     d = d_theta.shape[0]
     nb = _blocks(d)
-    out = cuda.device_array(d, dtype=np.dtype(d_theta.dtype))
+    out = cuda.device_array(d, dtype=dtype)
     partial = cuda.device_array(nb, dtype=np.float64)
     with _launch_context():
         _weighted_update_kernel[nb, TPB](d_theta, d_deltas, w, out, partial, True)
@@ -332,6 +332,8 @@ def row_sq_norms(deltas: Any) -> np.ndarray:
     """‖δ_k‖² of every row, float64, shape (m,) (a NumPy array)."""
     D = _to_device(deltas)
     m, d = D.shape
+    if m == 0 or d == 0:
+        return np.zeros(m)
     nb = max(1, min(max(1, MAX_BLOCKS // m), math.ceil(d / TPB)))
     partial = cuda.device_array((m, nb), dtype=np.float64)
     with _launch_context():
@@ -343,6 +345,8 @@ def gram(deltas: Any) -> np.ndarray:
     """G = D Dᵀ, float64, shape (m, m) (a NumPy array)."""
     D = _to_device(deltas)
     m, d = D.shape
+    if m == 0 or d == 0:
+        return np.zeros((m, m))
     nt = math.ceil(m / TILE)
     tiles = nt * (nt + 1) // 2
     # Split d so that about GRAM_BLOCKS blocks run, but never below 4 steps of columns a block.
