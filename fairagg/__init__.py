@@ -37,3 +37,33 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+#: Submodules reachable as attributes of the package without importing them first
+#: (``import fairagg; fairagg.vectors``), loaded on first use: ``import fairagg`` stays light.
+_SUBMODULES = frozenset(
+    {
+        "conformance",
+        "data",
+        "kernels",
+        "local",
+        "metrics",
+        "online",
+        "oracles",
+        "pareto",
+        "plots",
+        "rules",
+        "sampling",
+        "simplex",
+        "simulate",
+        "types",
+        "vectors",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

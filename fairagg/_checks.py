@@ -238,6 +238,33 @@ def check_choice(x: Any, name: str, choices: Sequence[str]) -> str:
     return x
 
 
+#: What a federated dataset must have (the fields of :class:`fairagg.data.FederatedData`).
+FEDERATED_FIELDS = (
+    "X_train",
+    "y_train",
+    "train_offsets",
+    "X_test",
+    "y_test",
+    "test_offsets",
+    "n_features",
+    "n_classes",
+)
+
+
+def check_federated_data(data: Any, name: str = "data") -> Any:
+    """``data`` if it has the fields of a ``fairagg.data.FederatedData``, else a TypeError
+    naming ``name`` (a dataset *name* such as ``"synthetic"`` goes through
+    ``fairagg.data.load`` first)."""
+    missing = [f for f in FEDERATED_FIELDS if not hasattr(data, f)]
+    if missing:
+        hint = f" (load it first: fairagg.data.load({data!r}))" if isinstance(data, str) else ""
+        raise TypeError(
+            f"{name} must be a fairagg.data.FederatedData{hint}; got {type(data).__name__} "
+            f"without {', '.join(missing)}"
+        )
+    return data
+
+
 def check_same_length(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray) -> None:
     """Raise ``ValueError`` unless ``a`` and ``b`` have the same leading length."""
     if a.shape[0] != b.shape[0]:

@@ -99,7 +99,7 @@ from models import FlatModel
 from ._checks import check_choice, check_int, check_real
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
-from .rules import RULES, make_rule
+from .rules import RULES, check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
 from .simulate import SAMPLING_STREAM, _client_momentum
 from .types import Rule, check_local_spec, make_reports
@@ -618,7 +618,7 @@ class FairaggStrategy(FedAvg):
         **fedavg_kwargs: Any,
     ) -> None:
         if isinstance(rule, str):
-            rule = make_rule(rule)
+            rule = make_rule(check_rule_name(rule, "rule"))
         if not isinstance(rule, Rule):
             raise TypeError(
                 f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"

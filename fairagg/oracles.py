@@ -43,12 +43,18 @@ The same tolerance ladders are used when ``solver="OSQP"`` or ``solver="CLARABEL
 any oracle; other solvers run with cvxpy's defaults (SCS: about 1e-3 to 1e-5). ``**solver_options``
 are passed to ``cvxpy.Problem.solve`` and override the defaults (an overridden tolerance applies to
 every rung, so overriding all of them leaves a single solve). Every oracle raises
-:class:`RuntimeError`, naming the status, unless the solver reports the problem solved to
-optimality.
+:class:`OracleError` (a :class:`RuntimeError`), naming the oracle, the statuses and anything the
+solver printed, unless the solver reports the problem solved to optimality; nothing a solver
+prints reaches the terminal. OSQP reads magnitudes of 1e30 and above as infinite, so a quadratic
+program whose data (after the exact power-of-two scaling of :func:`simplex_qp`,
+:func:`min_norm_point` and :func:`a_norm_projection`) has such entries is refused up front with
+an :class:`OracleError` naming the argument; bad input is a ``ValueError``/``TypeError`` as
+everywhere in fairagg.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
 from typing import Any, NamedTuple
@@ -60,6 +66,7 @@ from ._checks import as_float_array, as_int_array, check_choice, check_real
 
 __all__ = [
     "MinimaxResult",
+    "OracleError",
     "OracleResult",
     "a_norm_projection",
     "afl_optimum",
@@ -73,6 +80,12 @@ __all__ = [
     "quadratic_ftrl",
     "simplex_qp",
 ]
+
+
+class OracleError(RuntimeError):
+    """An oracle's solver did not reach an optimal solution (or cannot take the problem's
+    data): the message names the oracle and what the solver reported. A subclass of
+    :class:`RuntimeError`, so code that caught that before still does."""
 
 
 class OracleResult(NamedTuple):
@@ -165,27 +178,127 @@ def _solve(
         if opts not in attempts:
             attempts.append(opts)
     outcomes = []
+    printed = ""
     for opts in attempts:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _CapturedOutput(not opts.get("verbose")) as out:
             # An inaccurate solve is detected from the status below and either retried with
-            # looser tolerances or reported as a RuntimeError: cvxpy's warning adds nothing.
+            # looser tolerances or reported as an OracleError: cvxpy's warning adds nothing.
             warnings.filterwarnings(
                 "ignore", message="Solution may be inaccurate", category=UserWarning
             )
+            failed = None
             try:
                 problem.solve(solver=name, **opts)
             except cp.error.SolverError as exc:
-                outcomes.append(f"solver error ({exc})")
-                continue
+                failed = f"solver error ({exc})"
+        printed = printed or out.text()
+        if failed is not None:
+            outcomes.append(failed)
+            continue
         status = problem.status
         if status == cp.OPTIMAL and variable.value is not None and problem.value is not None:
             x = np.array(variable.value, dtype=np.float64).reshape(variable.shape)
             return x, float(problem.value), status, problem.solver_stats.solver_name
         outcomes.append(f"status {status!r}")
-    raise RuntimeError(
-        f"{oracle}: {name} did not solve the problem to optimality ({'; '.join(outcomes)}). "
+    said = f" {name} printed: {' / '.join(printed.splitlines()).rstrip('.')}." if printed else ""
+    raise OracleError(
+        f"{oracle}: {name} did not solve the problem to optimality ({'; '.join(outcomes)}).{said} "
         "Try another solver or other solver options."
     )
+
+
+def _flush_c_stdio() -> None:
+    """fflush(NULL): write out what C code has buffered on its stdio streams."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to reach (some platforms)
+        pass
+
+
+class _CapturedOutput:
+    """Redirects the process's stdout and stderr file descriptors (where the solvers' C code
+    prints, e.g. OSQP's "ERROR in osqp_setup") into a temporary file while a solve runs, and
+    restores them; ``text()`` is what was printed. Python-level output is flushed first."""
+
+    def __init__(self, active: bool = True) -> None:
+        self._active = active  # off when the caller asked the solver to be verbose
+
+    def __enter__(self) -> _CapturedOutput:
+        import os
+        import sys
+        import tempfile
+
+        self._text = ""
+        self._saved: list[tuple[int, int]] = []
+        self._file = None
+        if not self._active:
+            return self
+        try:
+            fds = [sys.__stdout__.fileno(), sys.__stderr__.fileno()]  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no real descriptors (embedded Python)
+            return self
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()  # type: ignore[union-attr]
+            except (AttributeError, ValueError, OSError):
+                pass
+        _flush_c_stdio()
+        self._file = tempfile.TemporaryFile(mode="w+b")
+        for fd in dict.fromkeys(fds):
+            self._saved.append((fd, os.dup(fd)))
+            os.dup2(self._file.fileno(), fd)
+        # Extension modules may also print through Python's sys.stdout (OSQP 1.x does).
+        self._streams = (sys.stdout, sys.stderr)
+        self._py = io.StringIO()
+        sys.stdout = sys.stderr = self._py
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import os
+        import sys
+
+        if self._file is None:
+            return
+        sys.stdout, sys.stderr = self._streams
+        _flush_c_stdio()  # C's stdout is block-buffered when it is not a terminal
+        for fd, saved in self._saved:
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._file.seek(0)
+        text = self._py.getvalue() + self._file.read().decode("utf-8", "replace")
+        self._text = text.strip()
+        self._file.close()
+
+    def text(self) -> str:
+        return self._text
+
+
+def _pow2_exponent(*arrays: np.ndarray) -> int:
+    """e such that the largest |entry| of ``arrays``, divided by 2**e, lies in [1/2, 1) (0 when
+    all are zero): dividing by 2**e is exact and keeps solvers' absolute tolerances meaningful."""
+    top = max(float(np.max(np.abs(a), initial=0.0)) for a in arrays)
+    return math.frexp(top)[1] if top > 0 else 0
+
+
+#: OSQP reads data of this magnitude as infinite (its OSQP_INFTY).
+_OSQP_INFINITY = 1e30
+
+
+def _osqp_data(solver: Any, oracle: str, **arrays: Any) -> None:
+    """Refuse data OSQP would read as infinite (only when OSQP solves: the default for QPs)."""
+    if _check_solver(solver, _QP_SOLVER) != "OSQP":
+        return
+    for name, a in arrays.items():
+        v = np.asarray(a, dtype=np.float64)
+        top = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
+        if top >= _OSQP_INFINITY / 1e10:
+            raise OracleError(
+                f"{oracle}: {name} has entries of magnitude {top:.3g}; OSQP reads 1e30 and above "
+                f"as infinite and loses all accuracy well before, so this oracle takes {name} "
+                "below 1e20 in magnitude (scale the problem, or pass solver='CLARABEL')"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,6 +354,9 @@ def _box(lower: Any, upper: Any, k: int, total: float) -> tuple[np.ndarray, np.n
         raise ValueError(
             f"the box-simplex is empty: sum(upper) = {float(hi.sum())!r} < total = {total!r}"
         )
+    # An upper bound above total − Σ_{j≠i} lower_j can never bind (p_i ≤ total − Σ_{j≠i} p_j):
+    # dropping the far larger ones is exact and keeps huge finite bounds away from the solver.
+    hi[hi > 2.0 * (abs(total) + float(np.abs(lo).sum())) + 1.0] = np.inf
     return lo, hi
 
 
@@ -308,6 +424,7 @@ def project_simplex(
     """
     yv = _vector(y, "y")
     s = check_real(total, "total", low=0.0)
+    _osqp_data(solver, "project_simplex", y=yv, total=s)
     p = cp.Variable(yv.shape[0])
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(p - yv)), [cp.sum(p) == s, p >= 0])
     return OracleResult(*_solve(problem, p, solver, _QP_SOLVER, solver_options, "project_simplex"))
@@ -357,6 +474,7 @@ def project_box_simplex(
     yv = _vector(y, "y")
     s = check_real(total, "total")
     lo, hi = _box(lower, upper, yv.shape[0], s)
+    _osqp_data(solver, "project_box_simplex", y=yv, lower=lo, upper=hi, total=s)
     p = cp.Variable(yv.shape[0])
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(p - yv)), _box_constraints(p, lo, hi, s))
     return OracleResult(
@@ -407,10 +525,15 @@ def simplex_qp(
     S = _square(A, "A", k)
     s = check_real(total, "total")
     lo, hi = _box(lower, upper, k, s)
+    # A and b divided by one power of two (exact): the argmin is unchanged, the value scales.
+    e = _pow2_exponent(S, bv)
+    S, bv = np.ldexp(S, -e), np.ldexp(bv, -e)
+    _osqp_data(solver, "simplex_qp", lower=lo, upper=hi, total=s)
     p = cp.Variable(k)
     objective = 0.5 * cp.quad_form(p, cp.psd_wrap(S)) + bv @ p
     problem = cp.Problem(cp.Minimize(objective), _box_constraints(p, lo, hi, s))
-    return OracleResult(*_solve(problem, p, solver, _QP_SOLVER, solver_options, "simplex_qp"))
+    x, value, status, name = _solve(problem, p, solver, _QP_SOLVER, solver_options, "simplex_qp")
+    return OracleResult(x, math.ldexp(value, e), status, name)
 
 
 def min_norm_point(
@@ -511,12 +634,16 @@ def a_norm_projection(
     k = yv.shape[0]
     S = _square(A, "A", k)
     lo, hi = _box(lower, upper, k, 1.0)
+    e = _pow2_exponent(S)  # A divided by a power of two (exact): the argmin is unchanged
+    S = np.ldexp(S, -e)
+    _osqp_data(solver, "a_norm_projection", y=yv, lower=lo, upper=hi)
     p = cp.Variable(k)
     objective = 0.5 * cp.quad_form(p - yv, cp.psd_wrap(S))
     problem = cp.Problem(cp.Minimize(objective), _box_constraints(p, lo, hi, 1.0))
-    return OracleResult(
-        *_solve(problem, p, solver, _QP_SOLVER, solver_options, "a_norm_projection")
+    x, value, status, name = _solve(
+        problem, p, solver, _QP_SOLVER, solver_options, "a_norm_projection"
     )
+    return OracleResult(x, math.ldexp(value, e), status, name)
 
 
 def quadratic_ftrl(
@@ -846,7 +973,7 @@ def _solve_federated(
         except RuntimeError as exc:
             error = exc
     steps = " and ".join(map(str, _FEDERATED_RETRY_STEPS))
-    raise RuntimeError(
+    raise OracleError(
         f"{error} (also retried with Clarabel's max_step_fraction = {steps})"
     ) from error
 

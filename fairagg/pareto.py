@@ -21,7 +21,7 @@ import numpy as np
 
 from models import FlatModel
 
-from ._checks import as_float_array
+from ._checks import as_float_array, check_federated_data
 from .local import client_gradients
 from .simplex import min_norm_weights
 
@@ -57,6 +57,9 @@ def pareto_certificate(grads: Any) -> ParetoCertificate:
 def model_pareto_certificate(model: FlatModel, params: Any, data: Any) -> ParetoCertificate:
     """:func:`pareto_certificate` of the full-batch gradients ∇F_k(w) of every client of the
     federated ``data`` (training splits) for ``model`` at ``params``."""
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    data = check_federated_data(data)
     K = int(np.asarray(data.train_offsets).size - 1)
     res = client_gradients(model, params, data, np.arange(K))
     return pareto_certificate(res.deltas)

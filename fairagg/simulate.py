@@ -24,10 +24,10 @@ import numpy as np
 
 from models import FlatModel
 
-from ._checks import check_choice, check_int, check_real
+from ._checks import check_choice, check_federated_data, check_int, check_real
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
-from .rules import make_rule
+from .rules import check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
 from .types import LocalSpec, RoundReports, Rule, check_local_spec
 
@@ -256,7 +256,7 @@ def simulate(
         When local training or the rule produces non-finite numbers (diverged: lower ``lr``).
     """
     if isinstance(rule, str):
-        rule = make_rule(rule)
+        rule = make_rule(check_rule_name(rule, "rule"))
     if not isinstance(rule, Rule):
         raise TypeError(
             f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
@@ -268,6 +268,7 @@ def simulate(
     )
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+    data = check_federated_data(data)
     K = int(np.asarray(data.train_offsets).size - 1)
     T = check_int(rounds, "rounds", low=1)
     m = check_int(clients_per_round, "clients_per_round", low=1, high=K)

@@ -106,8 +106,21 @@ LOCAL_REPORTS = ("deltas", "gradients")
 ACCURACY_SOURCES = ("global", "local")
 
 
-class LocalSpec(NamedTuple):
+class _LocalSpecFields(NamedTuple):
+    report: str = "deltas"
+    gradient_batch_size: int | None = None
+    propfair_m: float | None = None
+    propfair_epsilon: float = 0.2
+    propfair_huber: bool = False
+    momentum: float | None = None
+    accuracy_source: str = "global"
+
+
+class LocalSpec(_LocalSpecFields):
     """What the selected clients compute for a rule (SPEC §0, §6).
+
+    Validated when it is built (and by ``_replace``): a bad field is a ``TypeError`` or
+    ``ValueError`` naming it.
 
     Attributes
     ----------
@@ -136,30 +149,44 @@ class LocalSpec(NamedTuple):
         ``report="deltas"`` only).
     """
 
-    report: str = "deltas"
-    gradient_batch_size: int | None = None
-    propfair_m: float | None = None
-    propfair_epsilon: float = 0.2
-    propfair_huber: bool = False
-    momentum: float | None = None
-    accuracy_source: str = "global"
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> LocalSpec:
+        spec = super().__new__(cls, *args, **kwargs)
+        _check_local_fields(spec)
+        return spec
+
+    @classmethod
+    def _make(cls, iterable: Any) -> LocalSpec:  # what _replace builds through
+        return cls(*iterable)
 
 
 def check_local_spec(spec: Any) -> LocalSpec:
     """Validate a :class:`LocalSpec` (``TypeError``/``ValueError`` naming the field)."""
     if not isinstance(spec, LocalSpec):
         raise TypeError(f"rule.local must be a fairagg.LocalSpec; got {type(spec).__name__}")
-    if spec.report not in LOCAL_REPORTS:
+    return _check_local_fields(spec)
+
+
+def _check_local_fields(spec: Any) -> Any:
+    if not isinstance(spec.report, str) or spec.report not in LOCAL_REPORTS:
         raise ValueError(f"LocalSpec.report must be one of {LOCAL_REPORTS}; got {spec.report!r}")
     if spec.gradient_batch_size is not None:
         check_int(spec.gradient_batch_size, "LocalSpec.gradient_batch_size", low=1)
+    if spec.propfair_m is not None:
+        check_real(spec.propfair_m, "LocalSpec.propfair_m", low=0.0, low_open=True)
+    check_real(spec.propfair_epsilon, "LocalSpec.propfair_epsilon", low=0.0, low_open=True)
+    if not isinstance(spec.propfair_huber, (bool, np.bool_)):
+        raise TypeError(
+            f"LocalSpec.propfair_huber must be a bool; got {type(spec.propfair_huber).__name__}"
+        )
     if spec.propfair_m is not None and spec.report != "deltas":
         raise ValueError("LocalSpec.propfair_m applies to local training (report='deltas')")
     if spec.momentum is not None:
         check_real(spec.momentum, "LocalSpec.momentum", low=0.0, high=1.0, high_open=True)
         if spec.report != "deltas":
             raise ValueError("LocalSpec.momentum applies to local training (report='deltas')")
-    if spec.accuracy_source not in ACCURACY_SOURCES:
+    if not isinstance(spec.accuracy_source, str) or spec.accuracy_source not in ACCURACY_SOURCES:
         raise ValueError(
             f"LocalSpec.accuracy_source must be one of {ACCURACY_SOURCES}; got "
             f"{spec.accuracy_source!r}"
@@ -241,6 +268,19 @@ def make_reports(
         ids = as_int_array(client_ids, "client_ids", min_value=0)
         if ids.shape != (m,):
             raise ValueError(f"client_ids must have shape ({m},); got {ids.shape}")
+        if np.unique(ids).size != m:
+            u, c = np.unique(ids, return_counts=True)
+            raise ValueError(
+                f"client_ids must be distinct (one report per client); {int(u[c > 1][0])} "
+                "appears more than once"
+            )
+    K = check_int(num_clients, "num_clients", low=0)
+    if K and ids is not None and ids.max() >= K:
+        raise ValueError(
+            f"client_ids must lie in [0, num_clients) = [0, {K}); got {int(ids.max())}"
+        )
+    if K and ids is None and m > K:
+        raise ValueError(f"{first} hold m = {m} clients, more than num_clients = {K}")
     return RoundReports(
         D,
         n,
@@ -249,7 +289,7 @@ def make_reports(
         P,
         ids,
         check_int(round_index, "round_index", low=0),
-        check_int(num_clients, "num_clients", low=0),
+        K,
         G,
         None if lr is None else check_real(lr, "lr", low=0.0, low_open=True),
     )
@@ -316,11 +356,20 @@ def check_reports(
             continue
         if np.shape(v) != (m,):
             raise ValueError(f"reports.{name} must have shape ({m},); got {np.shape(v)}")
+    ids = reports.client_ids
+    if ids is not None and np.unique(ids).size != m:
+        raise ValueError("reports.client_ids must be distinct (one report per client)")
     return reports
 
 
 def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
     """Indices in [0, K) of the reporting clients (``client_ids``, or 0..m−1 when absent)."""
+    if not isinstance(reports, RoundReports):
+        raise TypeError(
+            f"reports must be a fairagg.RoundReports (see fairagg.make_reports); got "
+            f"{type(reports).__name__}"
+        )
+    num_clients = check_int(num_clients, "num_clients", low=1)
     m = len(reports.num_samples)
     if reports.client_ids is None:
         if m > num_clients:

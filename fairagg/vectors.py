@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import RULES, make_reports, make_rule
+from ._checks import check_choice, check_int
 
 __all__ = [
     "FORMULAS",
@@ -963,12 +964,14 @@ def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, J
 def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, CaseInputs]:
     """The cases of one rule (``kind="rule"``) or formula, as {case: (description, inputs,
     params)}: the inputs :func:`generate` writes for ``seed``, without the expectations."""
-    rng = _seed_for(seed, kind, name)
+    check_choice(kind, "kind", ("rule", "formula"))
+    names = RULES if kind == "rule" else FORMULAS
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"name must be one of the {kind}s {', '.join(names)}; got {name!r}")
+    rng = _seed_for(check_int(seed, "seed", low=0), kind, name)
     if kind == "rule":
         return _rule_cases(name, rng)
-    if kind == "formula":
-        return FORMULAS[name].cases(rng)
-    raise ValueError(f"kind must be 'rule' or 'formula'; got {kind!r}")
+    return FORMULAS[name].cases(rng)
 
 
 def generate(seed: int = DEFAULT_SEED) -> list[Json]:

@@ -13,8 +13,10 @@ __all__ = ["MLP", "FlatModel", "LogisticRegression", "make_model"]
 
 def make_model(name: str, n_features: int, n_classes: int, **kwargs) -> FlatModel:
     """Build a model by name: ``"logistic"`` or ``"mlp"`` (keyword arguments go to its class)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be 'logistic' or 'mlp' (a str); got {type(name).__name__}")
     if name == "logistic":
         return LogisticRegression(n_features, n_classes, **kwargs)
     if name == "mlp":
         return MLP(n_features, n_classes, **kwargs)
-    raise ValueError(f"model must be 'logistic' or 'mlp'; got {name!r}")
+    raise ValueError(f"name must be 'logistic' or 'mlp'; got {name!r}")

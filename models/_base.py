@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _kernels
 
-__all__ = ["FlatModel", "check_dims"]
+__all__ = ["FlatModel", "check_dims", "check_init_args"]
 
 
 def _check_real_array(x: Any, name: str, ndim: int) -> np.ndarray:
@@ -22,6 +22,24 @@ def _check_real_array(x: Any, name: str, ndim: int) -> np.ndarray:
     if arr.size and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite; got NaN or infinity")
     return arr
+
+
+def check_init_args(seed: Any, dtype: Any) -> tuple[int, np.dtype]:
+    """``init_params``' arguments: a seed for ``np.random.default_rng`` (an integer ≥ 0) and
+    the parameters' dtype (float32 or float64, the dtypes of the kernels)."""
+    import numbers
+
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer; got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0; got {seed}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype must be float32 or float64; got {dtype!r}") from exc
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64; got {dt}")
+    return int(seed), dt
 
 
 class FlatModel:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._base import FlatModel, check_dims
+from ._base import FlatModel, check_dims, check_init_args
 
 __all__ = ["LogisticRegression"]
 
@@ -65,9 +65,9 @@ class LogisticRegression(FlatModel):
         return theta[: C * p].reshape(C, p), theta[C * p :]
 
     def init_params(self, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
-        """Zeros (the convex problem needs no symmetry breaking); ``seed`` is unused."""
-        del seed
-        return np.zeros(self.num_params, dtype=dtype)
+        """Zeros (the convex problem needs no symmetry breaking); ``seed`` is checked, unused."""
+        _, dt = check_init_args(seed, dtype)
+        return np.zeros(self.num_params, dtype=dt)
 
     def _kernel_dims(self) -> tuple[int, int]:
         return 0, 0

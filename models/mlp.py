@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from ._base import FlatModel, check_dims
+from ._base import FlatModel, check_dims, check_init_args
 
 __all__ = ["MLP"]
 
@@ -85,6 +85,7 @@ class MLP(FlatModel):
     def init_params(self, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
         """Glorot-uniform weights drawn from ``np.random.default_rng(seed)`` (W1 then W2), zero
         biases."""
+        seed, dtype = check_init_args(seed, dtype)
         rng = np.random.default_rng(seed)
         theta = np.zeros(self.num_params, dtype=np.float64)
         for name in ("W1", "W2"):

@@ -276,11 +276,19 @@ def test_afl_evaluates_and_keeps_the_average_of_its_iterates(model, data):
     assert_close(h.test_loss[-1], test_loss)
 
 
+def _unchecked_spec(**fields):
+    """A LocalSpec built past its own validation (as a hand-made tuple subclass could be), to
+    check that the simulator validates what it is given too."""
+    return tuple.__new__(LocalSpec, tuple({**LocalSpec()._asdict(), **fields}.values()))
+
+
 def test_invalid_local_spec_is_rejected(model, data):
-    bad = _spec_rule([], LocalSpec(report="hessians"))
+    with pytest.raises(ValueError, match="LocalSpec.report"):
+        LocalSpec(report="hessians")
+    bad = _spec_rule([], _unchecked_spec(report="hessians"))
     with pytest.raises(ValueError, match="report"):
         _run(bad, model, data)
-    bad = _spec_rule([], LocalSpec(report="gradients", propfair_m=3.0))
+    bad = _spec_rule([], _unchecked_spec(report="gradients", propfair_m=3.0))
     with pytest.raises(ValueError, match="propfair_m"):
         _run(bad, model, data)
     bad = _spec_rule([], "gradients")
@@ -332,14 +340,16 @@ def test_local_accuracy_source_reports_the_trained_models_accuracy(model, data):
 
 
 @pytest.mark.parametrize(
-    "spec, match",
+    "fields, match",
     [
-        (LocalSpec(report="gradients", momentum=0.5), "LocalSpec.momentum"),
-        (LocalSpec(momentum=1.0), "LocalSpec.momentum"),
-        (LocalSpec(accuracy_source="best"), "accuracy_source"),
-        (LocalSpec(report="gradients", accuracy_source="local"), "accuracy_source"),
+        ({"report": "gradients", "momentum": 0.5}, "LocalSpec.momentum"),
+        ({"momentum": 1.0}, "LocalSpec.momentum"),
+        ({"accuracy_source": "best"}, "accuracy_source"),
+        ({"report": "gradients", "accuracy_source": "local"}, "accuracy_source"),
     ],
 )
-def test_invalid_momentum_and_accuracy_source_are_rejected(model, data, spec, match):
+def test_invalid_momentum_and_accuracy_source_are_rejected(model, data, fields, match):
     with pytest.raises(ValueError, match=match):
-        _run(_spec_rule([], spec), model, data)
+        LocalSpec(**fields)
+    with pytest.raises(ValueError, match=match):
+        _run(_spec_rule([], _unchecked_spec(**fields)), model, data)

@@ -183,10 +183,20 @@ RULES: dict[str, RuleSpec] = {
 }
 
 
+def check_rule_name(value: Any, argname: str) -> str:
+    """``value`` if it names a registered rule, else a ``TypeError``/``ValueError`` naming the
+    caller's argument ``argname`` (``name`` here, ``rule`` in the simulator and the Flower
+    strategy)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argname} must be a registry name (str); got {type(value).__name__}")
+    if value not in RULES:
+        raise ValueError(f"{argname} must be one of {', '.join(sorted(RULES))}; got {value!r}")
+    return value
+
+
 def make_rule(name: str, **hyperparams: Any) -> Rule:
     """Build the registered rule ``name`` with keyword hyper-parameters."""
-    if name not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(sorted(RULES))}; got {name!r}")
+    check_rule_name(name, "name")
     factory = RULES[name].factory
     params = inspect.signature(factory).parameters
     unknown = sorted(set(hyperparams) - set(params))

@@ -341,5 +341,5 @@ def test_logistic_predict_rejects_wrong_n_features():
 
 
 def test_make_model_rejects_unknown_name():
-    with pytest.raises(ValueError, match="model"):
+    with pytest.raises(ValueError, match="^name must be 'logistic' or 'mlp'; got 'svm'$"):
         make_model("svm", 2, 2)

@@ -121,7 +121,7 @@ def test_rule_rejects_reports_missing_needed_fields(name):
 
 @pytest.mark.parametrize("name", ["fedprox", "FedAvg", "", "fed avg"])
 def test_make_rule_rejects_unknown_name(name):
-    with pytest.raises(ValueError, match="rule"):
+    with pytest.raises(ValueError, match=f"^name must be one of .*; got {name!r}$"):
         make_rule(name)
 
 

@@ -1,0 +1,210 @@
+"""Errors and edge cases of the public surface (README, "Errors and edge cases").
+
+Each test pins one refusal or one exact answer at an edge that once went wrong: a wrong
+exception type, a message naming an internal variable instead of the caller's argument, bad input
+accepted, or solver output on the terminal.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import fairagg
+import models
+from fairagg import make_reports, oracles, pareto, types
+from tests.tolerances import ORACLE_QP, assert_close
+
+N2 = np.ones(2, dtype=np.int64)
+
+# --------------------------------------------------------------------------------------------
+# make_reports and the client indices the stateful rules read
+# --------------------------------------------------------------------------------------------
+
+
+def test_make_reports_refuses_duplicate_client_ids():
+    with pytest.raises(ValueError, match="client_ids must be distinct.*1 appears more than once"):
+        make_reports(np.ones((2, 3)), N2, client_ids=[1, 1])
+
+
+def test_make_reports_refuses_client_ids_beyond_num_clients():
+    with pytest.raises(ValueError, match=r"client_ids must lie in \[0, num_clients\) = \[0, 4\)"):
+        make_reports(np.ones((2, 3)), N2, client_ids=[0, 4], num_clients=4)
+    with pytest.raises(ValueError, match="deltas hold m = 2 clients, more than num_clients = 1"):
+        make_reports(np.ones((2, 3)), N2, num_clients=1)
+    with pytest.raises(ValueError, match="gradients hold m = 2 clients"):
+        make_reports(None, N2, gradients=np.ones((2, 3)), num_clients=1)
+    # The boundary is accepted; num_clients = 0 means "unknown" and checks nothing.
+    assert make_reports(np.ones((2, 3)), N2, client_ids=[0, 3], num_clients=4).num_clients == 4
+    assert make_reports(np.ones((2, 3)), N2, client_ids=[0, 9]).num_clients == 0
+
+
+def test_rules_refuse_hand_built_reports_with_duplicate_ids():
+    # RoundReports is a plain NamedTuple: reports built without make_reports are checked too.
+    r = types.RoundReports(np.ones((2, 3)), N2, client_ids=np.array([1, 1]))
+    rule = fairagg.fedavg()
+    with pytest.raises(ValueError, match="reports.client_ids must be distinct"):
+        rule.step(np.zeros(3), r, rule.init(np.zeros(3), 2))
+
+
+def test_client_indices_names_its_arguments():
+    r = make_reports(np.ones((2, 3)), N2)
+    with pytest.raises(ValueError, match="num_clients must be >= 1; got 0"):
+        types.client_indices(r, 0)
+    with pytest.raises(TypeError, match="reports must be a fairagg.RoundReports.*NoneType"):
+        types.client_indices(None, 4)
+    np.testing.assert_array_equal(types.client_indices(r, 2), [0, 1])
+
+
+# --------------------------------------------------------------------------------------------
+# LocalSpec, make_rule, make_model, init_params
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "exc", "match"),
+    [
+        ({"report": "bogus"}, ValueError, "LocalSpec.report must be one of"),
+        ({"report": None}, ValueError, "LocalSpec.report must be one of"),
+        ({"gradient_batch_size": 0}, ValueError, "LocalSpec.gradient_batch_size must be >= 1"),
+        ({"propfair_m": -1.0}, ValueError, "LocalSpec.propfair_m must be > 0"),
+        ({"propfair_epsilon": 0.0}, ValueError, "LocalSpec.propfair_epsilon must be > 0"),
+        ({"propfair_huber": "yes"}, TypeError, "LocalSpec.propfair_huber must be a bool"),
+        ({"momentum": 1.0}, ValueError, "LocalSpec.momentum must be < 1"),
+        ({"accuracy_source": "both"}, ValueError, "LocalSpec.accuracy_source must be one of"),
+    ],
+)
+def test_local_spec_is_validated_when_built_and_replaced(fields, exc, match):
+    with pytest.raises(exc, match=match):
+        fairagg.LocalSpec(**fields)
+    with pytest.raises(exc, match=match):
+        fairagg.LocalSpec()._replace(**fields)
+
+
+def test_local_spec_is_still_a_plain_value():
+    spec = fairagg.LocalSpec("gradients", 5)
+    assert spec == ("gradients", 5, None, 0.2, False, None, "global")
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert spec._replace(gradient_batch_size=None).gradient_batch_size is None
+
+
+def test_make_rule_and_make_model_name_their_argument():
+    with pytest.raises(ValueError, match="^name must be one of aaggff-d, .*; got 'bogus'$"):
+        fairagg.make_rule("bogus")
+    with pytest.raises(TypeError, match="name must be a registry name"):
+        fairagg.make_rule(["fedavg"])
+    with pytest.raises(ValueError, match="^name must be 'logistic' or 'mlp'; got 'bogus'$"):
+        models.make_model("bogus", 3, 2)
+    with pytest.raises(TypeError, match="name must be 'logistic' or 'mlp'"):
+        models.make_model(None, 3, 2)
+
+
+@pytest.mark.parametrize("model", [models.LogisticRegression(3, 2), models.MLP(3, 2, n_hidden=4)])
+def test_init_params_checks_seed_and_dtype(model):
+    with pytest.raises(ValueError, match="seed must be >= 0; got -1"):
+        model.init_params(seed=-1)
+    with pytest.raises(TypeError, match="seed must be an integer; got float 2.5"):
+        model.init_params(seed=2.5)
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        model.init_params(seed=True)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64; got float16"):
+        model.init_params(dtype="float16")
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        model.init_params(dtype="no such dtype")
+    assert model.init_params(dtype="float32").dtype == np.float32
+    np.testing.assert_array_equal(model.init_params(seed=np.int64(3)), model.init_params(seed=3))
+
+
+# --------------------------------------------------------------------------------------------
+# Objects of the wrong kind, names that do not exist
+# --------------------------------------------------------------------------------------------
+
+
+def test_simulate_and_pareto_refuse_a_dataset_name_for_data():
+    model = models.LogisticRegression(60, 10)
+    with pytest.raises(TypeError, match=r"data must be a fairagg.data.FederatedData \(load it"):
+        fairagg.simulate("fedavg", model, "synthetic", rounds=1, clients_per_round=2)
+    with pytest.raises(TypeError, match="data must be a fairagg.data.FederatedData"):
+        pareto.model_pareto_certificate(model, np.zeros(model.num_params), "digits")
+    with pytest.raises(TypeError, match="model must be a models.FlatModel; got str"):
+        pareto.model_pareto_certificate("logistic", None, None)
+
+
+def test_simulate_names_rule_for_a_bad_rule_name():
+    model = models.LogisticRegression(60, 10)
+    with pytest.raises(ValueError, match="^rule must be one of"):
+        fairagg.simulate("nope", model, None, rounds=1, clients_per_round=2)
+
+
+def test_case_inputs_lists_the_valid_names():
+    from fairagg import vectors
+
+    with pytest.raises(ValueError, match="name must be one of the formulas .*project_simplex"):
+        vectors.case_inputs("formula", "bogus")
+    with pytest.raises(ValueError, match="name must be one of the rules .*fedavg"):
+        vectors.case_inputs("rule", "bogus")
+    with pytest.raises(ValueError, match="kind must be one of 'rule', 'formula'"):
+        vectors.case_inputs("rules", "fedavg")
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        vectors.case_inputs("rule", "fedavg", seed=-1)
+    assert set(vectors.case_inputs("rule", "fedavg"))
+
+
+def test_submodules_are_attributes_of_the_package():
+    import subprocess
+    import sys
+
+    # A fresh interpreter: in this one the submodules are already imported by other tests.
+    code = (
+        "import fairagg, sys; "
+        "assert 'fairagg.vectors' not in sys.modules; "
+        "print(fairagg.vectors.__name__, fairagg.oracles.OracleError.__name__); "
+        "getattr(fairagg, 'nope', None) is None or sys.exit(3)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["fairagg.vectors", "OracleError"]
+
+
+# --------------------------------------------------------------------------------------------
+# The cvxpy oracles: exact scaling where it is exact, a documented error class otherwise, and no
+# solver output on the terminal
+# --------------------------------------------------------------------------------------------
+
+
+def test_oracle_refuses_data_osqp_reads_as_infinite_quietly(capfd):
+    y = np.array([0.1, -0.5, 0.3, 1.2]) * 1e160
+    with pytest.raises(oracles.OracleError, match="project_box_simplex: y has entries of magn"):
+        oracles.project_box_simplex(y, 0.005, 0.5)
+    with pytest.raises(RuntimeError):  # OracleError is a RuntimeError, as before
+        oracles.project_simplex(y)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_oracle_solver_failure_is_an_oracle_error_with_what_the_solver_printed(capfd):
+    # quadratic_ftrl's data reach OSQP unscaled: at 1e160 OSQP refuses them, printing from C.
+    g = np.array([[1e160, -1e160, 2e160]])
+    with pytest.raises(oracles.OracleError, match="quadratic_ftrl: OSQP did not solve.*printed"):
+        oracles.quadratic_ftrl(g, np.array([[0.2, 0.3, 0.5]]), 1.0, 1.0)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_oracle_huge_finite_upper_bound_is_no_bound():
+    y = np.array([0.1, -0.5, 0.3, 1.2])
+    far = oracles.project_box_simplex(y, 0.005, 1e300).x
+    unbounded = oracles.project_box_simplex(y, 0.005, np.inf).x
+    np.testing.assert_allclose(far, unbounded, rtol=0, atol=ORACLE_QP)
+    np.testing.assert_allclose(far, [0.005, 0.005, 0.045, 0.945], rtol=0, atol=ORACLE_QP)
+
+
+@pytest.mark.parametrize("k", [-900, -300, -60, 0, 60, 300, 900])
+def test_oracle_simplex_qp_is_exact_at_every_scale(k):
+    rng = np.random.default_rng(1)
+    M = rng.standard_normal((4, 4))
+    A, b = M @ M.T, rng.standard_normal(4)
+    ref = oracles.simplex_qp(A, b)
+    got = oracles.simplex_qp(np.ldexp(A, k), np.ldexp(b, k))
+    np.testing.assert_allclose(got.x, ref.x, rtol=0, atol=ORACLE_QP)
+    assert_close(got.value, np.ldexp(ref.value, k), scale=1e3)  # the solver's ~1e-9 on values
