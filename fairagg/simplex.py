@@ -114,77 +114,124 @@ def check_box(
 
 
 @numba.njit(cache=True)
+def _box_sum(z, lo, hi, t):  # pragma: no cover - compiled
+    """S(t) = Σ_i clip(z_i − t, lo_i, hi_i), summed afresh: every term is a clipped value, so no
+    huge z_i enters the sum unless it is a free coordinate's value."""
+    acc = 0.0
+    for i in range(z.shape[0]):
+        acc += min(max(z[i] - t, lo[i]), hi[i])
+    return acc
+
+
+@numba.njit(cache=True)
+def _box_crossing(z, lo, hi, s):  # pragma: no cover - compiled
+    """(t_a, t_b): consecutive distinct breakpoints of S with S(t_a) > s ≥ S(t_b) (t_a = −inf
+    when S(first) ≤ s), by bisection with S evaluated afresh at each breakpoint."""
+    K = z.shape[0]
+    ev = np.empty(2 * K)
+    ne = 0
+    for i in range(K):
+        if np.isfinite(hi[i]):
+            ev[ne] = z[i] - hi[i]
+            ne += 1
+        ev[ne] = z[i] - lo[i]
+        ne += 1
+    ev = np.sort(ev[:ne])
+    # S(last) = Σlo ≤ s (the caller's check allows Σlo to exceed s by round-off: b is then the
+    # last breakpoint).
+    a, b = -1, ne - 1
+    while b - a > 1:
+        mid = (a + b) // 2
+        if _box_sum(z, lo, hi, ev[mid]) <= s:
+            b = mid
+        else:
+            a = mid
+    return (ev[a] if a >= 0 else -np.inf), ev[b]
+
+
+@numba.njit(cache=True)
+def _box_free(z, lo, hi, s):  # pragma: no cover - compiled
+    """The projection for z of moderate spread: the coordinates at a bound on the crossing
+    segment, and the free ones x_i = (s − Σ_bounded)/n + (z_i − z̄_free)."""
+    K = z.shape[0]
+    t_a, t_b = _box_crossing(z, lo, hi, s)
+    x = np.empty(K)
+    free = np.zeros(K, dtype=np.bool_)
+    bounded = 0.0
+    n = 0
+    ref = 0.0
+    for i in range(K):  # the classification on the open segment (t_a, t_b)
+        if np.isfinite(hi[i]) and z[i] - hi[i] >= t_b:
+            x[i] = hi[i]
+            bounded += hi[i]
+        elif z[i] - lo[i] <= t_a:
+            x[i] = lo[i]
+            bounded += lo[i]
+        else:
+            if n == 0:
+                ref = z[i]
+            free[i] = True
+            n += 1
+    if n > 0:
+        dev = 0.0  # the mean of z over the free set, as ref + mean(z_i − ref)
+        for i in range(K):
+            if free[i]:
+                dev += z[i] - ref
+        dev /= n
+        share = (s - bounded) / n
+        for i in range(K):
+            if free[i]:
+                x[i] = min(max(share + ((z[i] - ref) - dev), lo[i]), hi[i])
+    return x
+
+
+@numba.njit(cache=True)
 def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
-    """x = clip(y − τ, lo, hi) with Σx = s: a sweep over the sorted breakpoints of S(τ).
+    """x = clip(y − τ, lo, hi) with Σx = s.
 
     S(τ) = Σ_i clip(y_i − τ, lo_i, hi_i) is continuous, non-increasing and piecewise linear:
     coordinate i sits at hi_i for τ ≤ y_i − hi_i, equals y_i − τ up to τ = y_i − lo_i and sits at
-    lo_i after. On each segment S(τ) = c − n τ (n free coordinates); the sweep updates c and n at
-    each breakpoint and solves c − n τ = s on the segment where S crosses s.
+    lo_i after. Bisection over the sorted breakpoints, with S summed afresh from clipped values
+    at each (:func:`_box_sum`), finds the segment (t_a, t_b] where S crosses s at any scale of
+    y. The coordinates whose value differs between t_a and t_b are the ones that move there;
+    they are solved again as a box projection of y_i − max y_F with the sum left to them, so
+    that their breakpoints are computed relative to each other: with y = (0.1, −0.5, 0.3, 1.2)
+    × 1e160 and the box [0.005, 0.5], both breakpoints of the third entry round to the same
+    float, which a single sweep with running sums got wrong (Σx = 1.505).
     """
     K = y.shape[0]
     shift = np.max(y)  # translation invariance keeps the breakpoints small
     z = y - shift
-    for i in range(K):  # a range beyond the float range: such entries sit at their lower bound
-        if z[i] < -1e300:
-            z[i] = -1e300
-    ev = np.empty(2 * K)
-    kind = np.empty(2 * K, dtype=np.int64)  # i for "leaves the upper bound", K + i for "hits lo"
-    ne = 0
-    c = 0.0
-    n = 0
-    for i in range(K):
-        if np.isfinite(hi[i]):
-            c += hi[i]
-            ev[ne] = z[i] - hi[i]
-            kind[ne] = i
-            ne += 1
-        else:
-            c += z[i]
-            n += 1
-        ev[ne] = z[i] - lo[i]
-        kind[ne] = K + i
-        ne += 1
-    order = np.argsort(ev[:ne], kind="mergesort")
-    tau = np.nan
-    for e in order:
-        t = ev[e]
-        if c - n * t <= s:  # S crosses s on the segment ending at t
-            tau = t if n == 0 else (c - s) / n
-            if tau > t:  # round-off: keep τ inside its segment
-                tau = t
-            break
-        j = kind[e]
-        if j < K:
-            c += z[j] - hi[j]
-            n += 1
-        else:
-            j -= K
-            c += lo[j] - z[j]
-            n -= 1
-    if np.isnan(tau):  # S(last breakpoint) = Σ lo > s: excluded by the caller's check
-        tau = ev[order[ne - 1]]
-    # The running sums c may carry the rounding of far-away entries: recompute τ from the
-    # classification it gives (free, at lower, at upper) with fresh sums, so that Σx = s holds to
-    # the round-off of the entries that matter.
-    c = 0.0
-    n = 0
-    for i in range(K):
-        v = z[i] - tau
-        if v >= hi[i]:
-            c += hi[i]
-        elif v <= lo[i]:
-            c += lo[i]
-        else:
-            c += z[i]
-            n += 1
-    if n > 0:
-        tau = (c - s) / n
+    big = np.finfo(np.float64).max
+    for i in range(K):  # more than the float range below the maximum: at the lower bound
+        if z[i] < -big:
+            z[i] = -big
+    t_a, t_b = _box_crossing(z, lo, hi, s)
     x = np.empty(K)
+    moving = np.zeros(K, dtype=np.bool_)
+    rest = s
+    top = -np.inf
+    m = 0
     for i in range(K):
-        x[i] = min(max(z[i] - tau, lo[i]), hi[i])
-    # Polish: τ carries the rounding of the shifted entries (~eps·|y|); hand the residual of
-    # Σx = s to the free entries, so the result lies on the set to the round-off of x itself.
+        va = min(max(z[i] - t_a, lo[i]), hi[i])
+        vb = min(max(z[i] - t_b, lo[i]), hi[i])
+        if va != vb:
+            moving[i] = True
+            top = max(top, z[i])
+            m += 1
+        else:
+            x[i] = vb
+            rest -= vb
+    if m > 0:
+        idx = np.flatnonzero(moving)
+        w = np.empty(m)
+        for k in range(m):
+            w[k] = z[idx[k]] - top
+        xf = _box_free(w, lo[idx], hi[idx], rest)
+        for k in range(m):
+            x[idx[k]] = xf[k]
+    # Polish: hand the residual of Σx = s to the free entries, so the result lies on the set to
+    # the round-off of x itself.
     for _ in range(2):
         res = s - x.sum()
         n = 0

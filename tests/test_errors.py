@@ -208,3 +208,62 @@ def test_oracle_simplex_qp_is_exact_at_every_scale(k):
     got = oracles.simplex_qp(np.ldexp(A, k), np.ldexp(b, k))
     np.testing.assert_allclose(got.x, ref.x, rtol=0, atol=ORACLE_QP)
     assert_close(got.value, np.ldexp(ref.value, k), scale=1e3)  # the solver's ~1e-9 on values
+
+
+# --------------------------------------------------------------------------------------------
+# Right at every scale: the box-simplex projection
+# --------------------------------------------------------------------------------------------
+
+
+def _exact_box_projection(y, lo, hi, s):
+    """The projection in exact rational arithmetic: τ solves Σ clip(y_i − τ, lo_i, hi_i) = s on
+    the segment between the breakpoints where the (exact) sum crosses s."""
+    from fractions import Fraction as F
+
+    y = [F(float(v)) for v in y]
+    lo = [F(float(v)) for v in lo]
+    hi = [None if np.isinf(v) else F(float(v)) for v in hi]
+    s = F(float(s))
+
+    def clip(v, a, b):
+        v = max(v, a)
+        return v if b is None else min(v, b)
+
+    def total(t):
+        return sum(clip(yi - t, a, b) for yi, a, b in zip(y, lo, hi, strict=True))
+
+    ev = sorted({yi - a for yi, a in zip(y, lo, strict=True)}
+                | {yi - b for yi, b in zip(y, hi, strict=True) if b is not None})  # fmt: skip
+    b_i = next(i for i, t in enumerate(ev) if total(t) <= s)
+    t_b = ev[b_i]
+    t_a = ev[b_i - 1] if b_i > 0 else t_b - 1 - abs(t_b)
+    # S is linear on [t_a, t_b]: interpolate the crossing.
+    Sa, Sb = total(t_a), total(t_b)
+    tau = t_b if Sa == Sb else t_a + (Sa - s) / (Sa - Sb) * (t_b - t_a)
+    return np.array([float(clip(yi - tau, a, b)) for yi, a, b in zip(y, lo, hi, strict=True)])
+
+
+@pytest.mark.parametrize(
+    ("y", "lower", "upper"),
+    [
+        ([0.1, -0.5, 0.3, 1.2], 0.005, 0.5),  # the example of the issue: [0.005, 0.005, 0.49, 0.5]
+        ([0.1, -0.5, 0.3, 1.2], 0.005, 1e300),  # a finite bound that cannot bind
+        ([0.1, -0.5, 0.3, 1.2], 0.0, np.inf),
+        ([3.0, 3.0, -1.0, 2.0], [0.0, 0.1, 0.2, 0.0], [0.3, 0.4, 1.0, np.inf]),
+    ],
+)
+@pytest.mark.parametrize("k", [-1060, -900, -532, -160, 0, 160, 532, 900, 1000])
+def test_project_box_simplex_is_exact_at_every_scale(y, lower, upper, k):
+    from fairagg import simplex
+
+    yv = np.ldexp(np.array(y), k)
+    if not np.all(np.isfinite(yv)):
+        pytest.skip("the scaled point overflows")  # never for these k and y (|y| ≤ 3)
+    K = len(y)
+    lo = np.broadcast_to(np.asarray(lower, dtype=float), (K,))
+    hi = np.broadcast_to(np.asarray(upper, dtype=float), (K,))
+    got = simplex.project_box_simplex(yv, lower, upper)
+    want = _exact_box_projection(yv, lo, hi, 1.0)
+    assert_close(got, want)
+    assert abs(got.sum() - 1.0) <= 4 * K * np.finfo(float).eps
+    assert np.all(got >= lo) and np.all(got <= hi)
