@@ -440,8 +440,17 @@ def quadratic_ftrl_update(state: QuadraticFTRL, grad: Any, decision: Any) -> Qua
     return _add_round(state, g, p)
 
 
+def _check_ftrl_state(state: Any) -> QuadraticFTRL:
+    if not isinstance(state, QuadraticFTRL):
+        raise TypeError(
+            "state must be a fairagg.online.QuadraticFTRL (start from quadratic_ftrl_init, then "
+            f"pass each round's returned state); got {type(state).__name__}"
+        )
+    return state
+
+
 def _check_round(state: QuadraticFTRL, grad: Any, decision: Any) -> tuple[np.ndarray, np.ndarray]:
-    K = state.grad_sum.size
+    K = _check_ftrl_state(state).grad_sum.size
     g = as_float_array(grad, "grad", shape=(K,), dtype=np.float64, allow_int=True)
     p = check_simplex_point(decision, "decision")
     if p.size != K:
@@ -450,11 +459,23 @@ def _check_round(state: QuadraticFTRL, grad: Any, decision: Any) -> tuple[np.nda
 
 
 def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
-    outer = np.outer(g, g)
-    outer += state.outer_sum
-    return QuadraticFTRL(
-        state.grad_sum + g, outer, state.cross_sum + g * float(g @ p), state.rounds + 1
-    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        outer = np.outer(g, g)
+        outer += state.outer_sum
+        new = QuadraticFTRL(
+            state.grad_sum + g, outer, state.cross_sum + g * float(g @ p), state.rounds + 1
+        )
+    if not (
+        np.isfinite(new.grad_sum).all()
+        and np.isfinite(new.outer_sum).all()
+        and np.isfinite(new.cross_sum).all()
+    ):
+        raise ValueError(
+            "grad is too large for the FTRL sums: Σ g gᵀ and Σ g ⟨g, p⟩ overflow float64 "
+            f"(largest |grad| entry {float(np.max(np.abs(g))):.3g}; products of entries must "
+            "stay below about 1.8e308)"
+        )
+    return new
 
 
 def quadratic_ftrl_problem(
@@ -466,6 +487,7 @@ def quadratic_ftrl_problem(
     constant) to A = αI + β Σ g gᵀ, b = Σ g − β Σ g⟨g, p_τ⟩. ``variant="official"``: the public
     code's A = α(1 + β)I + β Σ g gᵀ, b = Σ g.
     """
+    _check_ftrl_state(state)
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
     check_choice(variant, "variant", VARIANTS)
@@ -631,7 +653,17 @@ def _dr_gradient(p: np.ndarray, r_check: np.ndarray, r_bar: float) -> np.ndarray
     D = 1.0 + r_bar * float(p.sum())
     if not D > 0:
         raise ValueError(f"dr_gradient needs 1 + r_bar * sum(p) > 0; got {D}")
-    return -r_check / D + (r_bar * float(p @ (r_check - r_bar)) / D**2) * np.ones(p.size)
+    # (r̄/D)·(⟨p, ř − r̄1⟩/D) rather than r̄⟨p, ř − r̄1⟩/D²: both factors stay of the size of
+    # the result, where D² or the product overflow for responses near 1e160.
+    with np.errstate(over="ignore"):
+        corr = (r_bar / D) * (float(p @ (r_check - r_bar)) / D)
+        g = -r_check / D + corr * np.ones(p.size)
+    if not np.all(np.isfinite(g)):
+        raise ValueError(
+            "the doubly-robust gradient overflows float64: responses beyond about 1e308 "
+            f"(r_bar = {r_bar:.3g})"
+        )
+    return g
 
 
 def official_first_decision(num_clients: int, inclusion_probability: float) -> np.ndarray:

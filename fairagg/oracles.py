@@ -411,7 +411,7 @@ def project_simplex(
     y : array_like, shape (K,)
         Point to project, finite, K ≥ 1.
     total : float
-        The sum constraint, ≥ 0.
+        The sum constraint, > 0 (as :func:`fairagg.simplex.project_simplex`).
     solver : str, optional
         A cvxpy solver name; OSQP by default.
     **solver_options
@@ -423,7 +423,7 @@ def project_simplex(
         ``x`` = p*, ``value`` = ½‖p* − y‖².
     """
     yv = _vector(y, "y")
-    s = check_real(total, "total", low=0.0)
+    s = check_real(total, "total", low=0.0, low_open=True)
     _osqp_data(solver, "project_simplex", y=yv, total=s)
     p = cp.Variable(yv.shape[0])
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(p - yv)), [cp.sum(p) == s, p >= 0])

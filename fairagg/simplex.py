@@ -90,6 +90,8 @@ def check_box(
     ``lower`` must be finite; ``upper`` may hold ``+inf``. Raises ``ValueError`` if the set
     {lower ≤ x ≤ upper, Σx = total} is empty.
     """
+    size = check_int(size, "size", low=1)
+    total = check_real(total, "total", low=0.0, low_open=True)
     if isinstance(lower, float) and isinstance(upper, float) and lower == 0.0 and upper == np.inf:
         return np.zeros(size), np.full(size, np.inf)  # the plain simplex (fast path)
     lo = as_float_array(lower, "lower", dtype=np.float64, allow_int=True)
@@ -1230,12 +1232,16 @@ def kl_step(p: Any, r: Any, eta: float) -> np.ndarray:
 
 
 def check_simplex_point(p: Any, name: str, *, rtol: float = 1e-9) -> np.ndarray:
-    """Validate a point of the probability simplex: float64, finite, ≥ 0, sums to 1 (±rtol)."""
+    """Validate a point of the probability simplex: float64, finite, ≥ 0, sums to 1 (±rtol).
+    ``name`` is the caller's name for ``p`` in the messages."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str; got {type(name).__name__}")
+    tol = check_real(rtol, "rtol", low=0.0)
     pv = as_float_array(p, name, ndim=1, dtype=np.float64, allow_int=True, min_size=1)
     low = pv.min()
     if low < 0:
         raise ValueError(f"{name} must be non-negative; minimum is {low}")
     total = pv.sum()
-    if abs(total - 1.0) > rtol:
+    if abs(total - 1.0) > tol:
         raise ValueError(f"{name} must sum to 1 (a point of the simplex); sums to {total!r}")
     return pv

@@ -267,3 +267,153 @@ def test_project_box_simplex_is_exact_at_every_scale(y, lower, upper, k):
     assert_close(got, want)
     assert abs(got.sum() - 1.0) <= 4 * K * np.finfo(float).eps
     assert np.all(got >= lo) and np.all(got <= hi)
+
+
+# --------------------------------------------------------------------------------------------
+# Right at every scale, outside the rules: exact where representable, else a clear ValueError
+# --------------------------------------------------------------------------------------------
+
+
+def test_term_weights_never_overflow_at_any_tilt():
+    import importlib
+
+    term = importlib.import_module("fairagg.rules.term")
+    with np.errstate(
+        over="raise", invalid="raise", divide="raise"
+    ):  # no RuntimeWarning reaches the caller either
+        np.testing.assert_array_equal(term.term_weights(np.array([1.0, 2.0]), 1e308), [0, 1])
+        np.testing.assert_array_equal(term.term_weights(np.array([1.0, 2.0]), -1e308), [1, 0])
+        w = term.term_weights(np.array([1.0, 2.0, 2.0]), 1e308, [1, 2, 1])
+    assert_close(w, [0.0, 2 / 3, 1 / 3])
+    # Moderate tilts keep the closed form exp(t F_k) p_k / Σ.
+    F, t = np.array([0.3, 1.1, 0.7]), 2.5
+    ref = np.exp(t * F) / np.exp(t * F).sum()
+    assert_close(term.term_weights(F, t), ref)
+
+
+def test_qffl_objective_exact_wherever_representable():
+    import importlib
+
+    qffl = importlib.import_module("fairagg.rules.qffl")
+    # F^2 overflows at 1.5e154 but f_q = F^2/2 = 1.125e308 does not.
+    assert_close(qffl.qffl_objective(np.array([1.5e154, 1.5e154]), 1.0), 1.125e308)
+    F = np.array([0.3, 0.7, 2.0])
+    for q in (0.0, 0.5, 1.0, 3.0):
+        ref = np.mean(F ** (q + 1)) / (q + 1)
+        for k in (-400, 0, 300):  # f_q(2^k F) = 2^(k(q+1)) f_q(F)
+            if abs(k * (q + 1)) > 1000:
+                continue
+            got = qffl.qffl_objective(np.ldexp(F, k), q)
+            assert_close(got / 2.0 ** (k * (q + 1)), ref)
+    with pytest.raises(ValueError, match="q-FFL objective overflows float64.*largest loss 2e"):
+        qffl.qffl_objective(np.array([1e160, 2e160]), 1.0)
+    assert qffl.qffl_objective(np.zeros(3), 2.0) == 0.0
+
+
+def test_quadratic_ftrl_sums_refuse_overflow_and_wrong_states():
+    from fairagg import online
+
+    st = online.quadratic_ftrl_init(3)
+    p = np.array([0.2, 0.3, 0.5])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        with pytest.raises(ValueError, match="grad is too large for the FTRL sums.*3e\\+160"):
+            online.quadratic_ftrl_update(st, np.array([1e160, -2e160, 3e160]), p)
+    for bad in (None, {}, (np.zeros(3), np.zeros((3, 3)), np.zeros(3), 0)):
+        with pytest.raises(TypeError, match="state must be a fairagg.online.QuadraticFTRL"):
+            online.quadratic_ftrl_update(bad, np.ones(3), p)
+        with pytest.raises(TypeError, match="state must be a fairagg.online.QuadraticFTRL"):
+            online.quadratic_ftrl_step(bad, 1.0, 1.0)
+    # Large but representable sums are accepted.
+    big = online.quadratic_ftrl_update(st, np.array([1e150, -2e150, 3e150]), p)
+    assert np.isfinite(big.outer_sum).all()
+
+
+def test_play_aaggff_d_is_scale_free_in_the_responses():
+    from fairagg import online
+
+    R = np.array([[0.1, 0.2, 0.3], [0.3, 0.1, 0.2], [0.2, 0.2, 0.1]])
+    ref = online.play_aaggff_d(R * 1e100, seed=0, clients_per_round=2)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        for k in (1e160, 1e300):  # once an OverflowError (D² in the doubly-robust gradient)
+            got = online.play_aaggff_d(R * k, seed=0, clients_per_round=2)
+            assert_close(got, ref)
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments of the simplex helpers and PropFair's check
+# --------------------------------------------------------------------------------------------
+
+
+def test_check_simplex_point_and_check_box_validate_their_own_arguments():
+    from fairagg import simplex
+
+    with pytest.raises(ValueError, match="rtol must be finite; got nan"):
+        simplex.check_simplex_point(np.array([5.0, 1.0]), "p", rtol=float("nan"))
+    with pytest.raises(TypeError, match="rtol must be a real number"):
+        simplex.check_simplex_point(np.array([0.5, 0.5]), "p", rtol=None)
+    with pytest.raises(ValueError, match="rtol must be >= 0"):
+        simplex.check_simplex_point(np.array([0.5, 0.5]), "p", rtol=-1.0)
+    with pytest.raises(ValueError, match="total must be finite; got nan"):
+        simplex.check_box(0.0, 1.0, 3, float("nan"))
+    with pytest.raises(TypeError, match="total must be a real number"):
+        simplex.check_box(0.0, 1.0, 3, None)
+    with pytest.raises(ValueError, match="size must be >= 1; got -1"):
+        simplex.check_box(0.0, 1.0, -1)
+    with pytest.raises(TypeError, match="size must be an integer"):
+        simplex.check_box(0.0, 1.0, 2.5)
+
+
+def test_propfair_check_losses_below_names_the_right_argument():
+    import importlib
+
+    propfair = importlib.import_module("fairagg.rules.propfair")
+    check = propfair.check_losses_below
+    with pytest.raises(ValueError, match="losses must be finite"):
+        check(np.array([np.nan, 1.0]), 5.0)
+    with pytest.raises(ValueError, match="losses must be finite"):
+        check(np.array([-np.inf, 1.0]), 5.0)
+    with pytest.raises(ValueError, match="losses must be non-negative"):
+        check(np.array([-1.0, 1.0]), 5.0)
+    with pytest.raises(ValueError, match="losses must be 1-dimensional"):
+        check(np.ones((2, 2)), 5.0)
+    with pytest.raises(TypeError, match="losses must be an array of real numbers"):
+        check(np.ones(2, dtype=complex), 5.0)
+    with pytest.raises(ValueError, match="m must be finite; got nan"):
+        check(np.ones(2), float("nan"))
+    with pytest.raises(ValueError, match="m must be > 0"):
+        check(np.ones(2), 0.0)
+    with pytest.raises(ValueError, match="below PropFair's M = 5.0; got a loss of 6.0"):
+        check(np.array([1.0, 6.0]), 5.0)
+    check(np.array([1.0, 4.9]), 5.0)  # below M: accepted
+    with pytest.raises(TypeError, match="^M must be a real number; got NoneType$"):
+        propfair.propfair(M=None)
+
+
+def test_oracle_project_simplex_needs_a_positive_total():
+    with pytest.raises(ValueError, match="total must be > 0"):
+        oracles.project_simplex(np.ones(3), total=0.0)
+
+
+def test_qfedsgd_with_a_zero_row_keeps_subnormal_gradients():
+    # A zero row's exponent (frexp gives 0) once set the scale of subnormal gradients, whose
+    # weighted sum then underflowed: the step came back 0 where the exact step is ~1e-234.
+    import importlib
+    from fractions import Fraction
+
+    qffl = importlib.import_module("fairagg.rules.qffl")
+    tiny = 2.0**-1074
+    G = np.array([[tiny, 0.0, tiny, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, -tiny, 0.0]])
+    F, lr, eps = np.array([0.125, 1.25, 0.25]), 2.0**300, 1e-10
+    got = qffl.qfedsgd_step(np.zeros(4), G, F, 1.0, lr, epsilon=eps).params
+    # Exact: θ¹ = −Σ_k F̃_k g_k / Σ_k (F̃_k^0 ‖g_k‖² + L F̃_k), L = 1/lr, in rationals.
+    Ft = [Fraction(f) + Fraction(eps) for f in F]
+    h = sum(
+        sum(Fraction(x) ** 2 for x in g) + Fraction(1) / Fraction(lr) * f
+        for g, f in zip(G, Ft, strict=True)
+    )
+    want = [
+        float(-sum(f * Fraction(g[j]) for g, f in zip(G, Ft, strict=True)) / h) for j in range(4)
+    ]
+    assert want[0] != 0.0
+    # A few roundings of float64 (the ratio of two sums): well inside the closed-form 1e-12.
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)

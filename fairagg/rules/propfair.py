@@ -13,8 +13,11 @@ the separate rule ``propfair-eg`` (:mod:`fairagg.rules.oco`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .._checks import as_float_array, check_real
 from ..local import check_propfair
 from ..types import LocalSpec, RoundReports, Rule
 from .fedavg import fedavg_weights, stateless_rule
@@ -22,9 +25,18 @@ from .fedavg import fedavg_weights, stateless_rule
 __all__ = ["check_losses_below", "propfair"]
 
 
-def check_losses_below(losses: np.ndarray, m: float) -> None:
-    """Raise ``ValueError`` unless every loss is below PropFair's M."""
-    worst = float(np.max(losses))
+def check_losses_below(losses: Any, m: float) -> None:
+    """Raise ``ValueError`` unless every loss is below PropFair's M.
+
+    ``losses`` is a 1-D array of finite, non-negative losses (at least one), ``m`` a positive
+    real; anything else is a ``TypeError``/``ValueError`` naming the argument.
+    """
+    M = check_real(m, "m", low=0.0, low_open=True)
+    F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
+    if F.min() < 0:
+        raise ValueError(f"losses must be non-negative; minimum is {F.min()}")
+    worst = float(np.max(F))
+    m = M
     if not worst < m:
         raise ValueError(
             f"losses must all be below PropFair's M = {m}; got a loss of {worst} (build the "
@@ -51,6 +63,8 @@ def propfair(
 
     ``info["weights"]``: FedAvg's n_k/Σ_S n.
     """
+    if M is None:  # check_propfair reads None as "no surrogate", which PropFair always has
+        raise TypeError("M must be a real number; got NoneType")
     Mv, eps, hub = check_propfair(M, epsilon, huber, ("M", "epsilon", "huber"))
 
     def weights_of(reports: RoundReports) -> np.ndarray:

@@ -91,6 +91,11 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
 
     ``weights`` p_k default to uniform 1/m (pass n_k/n for the paper's sample-size weights); they
     must be non-negative and are normalised to sum to 1. q = 0 gives the weighted mean loss.
+
+    Computed as F*^(q+1) Σ_k p_k (F_k/F*)^(q+1)/(q+1) with F* the largest loss (in log form
+    where F*^(q+1) itself leaves float64's range), so that no power overflows on the way: the
+    value is right wherever it is representable (losses of 1.5e154 with q = 1 give 1.1e308),
+    and a value beyond float64's range is a ValueError.
     """
     F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
     if F.min() < 0:
@@ -103,8 +108,26 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
         if p.min() < 0 or not p.sum() > 0:
             raise ValueError("weights must be non-negative with a positive sum")
         p = p / p.sum()
-    with np.errstate(over="ignore"):  # F^{q+1} beyond float64 is +inf, not an error
-        return float(p @ (F ** (qv + 1.0)) / (qv + 1.0))
+    top = float(F.max())
+    if top == 0.0:
+        return 0.0
+    with np.errstate(under="ignore"):  # ratios far below 1 vanish next to the top term's 1
+        S = float(p @ ((F / top) ** (qv + 1.0))) / (qv + 1.0)
+    with np.errstate(over="ignore", under="ignore"):
+        top_q = float(np.float64(top) ** (qv + 1.0))
+    if math.isfinite(top_q) and top_q >= np.finfo(np.float64).tiny:
+        value = S * top_q
+    else:  # top^(q+1) leaves float64's range: f_q = 2^L with L = (q+1) log2(top) + log2(S)
+        L = (qv + 1.0) * math.log2(top) + math.log2(S)
+        value = (
+            math.inf if L >= 1024 else float(np.ldexp(2.0 ** (L - math.floor(L)), math.floor(L)))
+        )
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the q-FFL objective overflows float64 (q = {qv}, largest loss {top:.3g}): "
+            "f_q = Σ p_k F_k^(q+1)/(q+1) exceeds about 1.8e308"
+        )
+    return value
 
 
 def _directions(params: Any, updates: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -245,7 +268,10 @@ def _q_step_scaled(
     terms = np.concatenate([coef * sq_rows * ms * ms, u * L])
     exps = np.concatenate([coef_exp + 2 * e + 2 * es, np.zeros(m, dtype=np.int64)])
     dm, E = _scaled_sum(terms, exps)  # Σ_k u_k h_rel_k = dm 2^E
-    top = int(e.max())
+    # The largest exponent of a non-zero row (frexp gives a zero row the exponent 0, which
+    # would leave subnormal updates unscaled and lose them in the sum below).
+    nz = row_max > 0
+    top = int(e[nz].max()) if nz.any() else 0
     U = np.ldexp(D, -top)  # one power of two: exact, entries ≤ 1 in magnitude
     V = weighted_sum(u, U, backend)  # Σ_k u_k δ_k 2^-top
     step = _ldexp(np.asarray(V, dtype=np.float64) * (ms / dm), es + top - E)
@@ -271,7 +297,7 @@ def _scaled_weighted_sum(w: np.ndarray, D: np.ndarray, backend: str) -> np.ndarr
         return out
     top = int(np.frexp(np.max(np.abs(D)))[1])
     ww, ew = np.frexp(w)
-    tw = int(ew.max()) if w.size else 0
+    tw = int(ew[w != 0].max()) if np.any(w != 0) else 0  # a zero weight's exponent 0 is no scale
     V = weighted_sum(np.ldexp(ww, (ew - tw).astype(np.int32)), np.ldexp(D, -top), backend)
     out = _ldexp(np.asarray(V, dtype=np.float64), top + tw)
     if not np.all(np.isfinite(out)):

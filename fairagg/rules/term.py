@@ -60,14 +60,18 @@ def term_weights(losses: Any, tilt: float, num_samples: Any = None) -> np.ndarra
     """ω_k ∝ p_k exp(t F_k) over the selected clients (SPEC §6), summing to 1.
 
     ``num_samples`` gives p_k = n_k/Σ n; None gives uniform p_k. Computed as a softmax of
-    t F_k + log p_k shifted by its maximum, so no tilt overflows.
+    t (F_k − F*) + log p_k shifted by its maximum, with F* the largest loss for t > 0 and the
+    smallest for t < 0: t (F_k − F*) ≤ 0, so no tilt overflows (a product below the float range
+    is −inf, the limit weight 0; ``term_weights([1, 2], 1e308)`` is [0, 1]).
     """
     F = _losses(losses)
     t = check_real(tilt, "tilt")
     p = fairavg_weights(F.size) if num_samples is None else fedavg_weights(num_samples)
     if p.size != F.size:
         raise ValueError(f"num_samples must have shape ({F.size},) to match losses")
-    z = t * F + np.log(p)
+    ref = F.max() if t > 0 else F.min()
+    with np.errstate(over="ignore"):
+        z = t * (F - ref) + np.log(p)
     w = np.exp(z - z.max())
     return w / w.sum()
 

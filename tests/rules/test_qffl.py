@@ -129,7 +129,10 @@ def test_qffl_objective():
     assert_close(qffl_objective([1.0, 3.0], 0.0), 2.0)  # the mean loss
     assert_close(qffl_objective([1.0, 3.0], 1.0), (1 + 9) / 2 / 2)  # Σ F²/2 / m
     assert_close(qffl_objective([1.0, 3.0], 1.0, weights=[3, 1]), (0.75 * 1 + 0.25 * 9) / 2)
-    assert qffl_objective([2.0], 5000.0) == np.inf  # beyond float64, not NaN
+    # Beyond float64: a clear error, neither NaN nor a silent inf (nor 0 from an underflow).
+    with pytest.raises(ValueError, match="q-FFL objective overflows float64"):
+        qffl_objective([2.0], 5000.0)
+    assert_close(qffl_objective([0.5], 999.0), 2.0**-1000 / 1000, scale=1e2)  # log form: 1e-10
 
 
 @given(
