@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -82,6 +85,55 @@ def assert_layout(data: FederatedData, p: int):
         assert y.min() >= 0 and y.max() < data.n_classes
 
 
+def exactly(message):
+    """A ``pytest.raises`` pattern matching the whole message and nothing else."""
+    return f"^{re.escape(message)}$"
+
+
+def assert_same_data(a: FederatedData, b: FederatedData):
+    for field in FederatedData._fields:
+        va, vb = getattr(a, field), getattr(b, field)
+        if isinstance(va, np.ndarray):
+            assert va.dtype == vb.dtype, field
+            np.testing.assert_array_equal(va, vb, err_msg=field)
+        else:
+            assert va == vb, field
+
+
+def reference_split(X, y, parts, test_fraction, val_fraction, rng):
+    """The per-client split rule documented in ``federate``, written out independently: per
+    client, n_test = max(1, round(t·n)), n_val = max(1, round(v·n)) if v > 0, the test rows are
+    perm[:n_test] of rng.permutation(n), then n_val validation rows, then the training rows, each
+    kept in its order in the part."""
+    out = {"train": [], "test": [], "val": []}
+    for part in parts:
+        n = len(part)
+        n_test = max(1, round(test_fraction * n))
+        n_val = max(1, round(val_fraction * n)) if val_fraction > 0 else 0
+        perm = rng.permutation(n)
+        out["test"].append(part[np.sort(perm[:n_test])])
+        out["val"].append(part[np.sort(perm[n_test : n_test + n_val])])
+        out["train"].append(part[np.sort(perm[n_test + n_val :])])
+    result = {}
+    for split, idx in out.items():
+        flat = np.concatenate(idx)
+        offsets = np.concatenate([[0], np.cumsum([len(i) for i in idx])])
+        result[split] = (X[flat], y[flat], offsets)
+    return result
+
+
+def assert_split_is(data: FederatedData, ref, *, with_val):
+    for split, (X, y, off) in (("train", data[:3]), ("test", data[3:6])) + (
+        (("val", (data.X_val, data.y_val, data.val_offsets)),) if with_val else ()
+    ):
+        Xr, yr, offr = ref[split]
+        np.testing.assert_array_equal(X, Xr, err_msg=split)
+        np.testing.assert_array_equal(y, yr, err_msg=split)
+        np.testing.assert_array_equal(off, offr, err_msg=split)
+    if not with_val:
+        assert data.X_val is None and data.y_val is None and data.val_offsets is None
+
+
 def id_data(N, p=3, n_classes=4, seed=0):
     """Features whose column 0 is the row id, so rows can be traced through a split."""
     rng = np.random.default_rng(seed)
@@ -106,9 +158,14 @@ def test_synthetic_clients_shapes_dtypes_sizes_and_labels():
         assert np.all(np.isfinite(X))
 
 
+# u_k shifts every class's logit by the same u_k·(Σx + 1), so in exact arithmetic the labels do not
+# depend on u at all (Synthetic(0, β) and Synthetic(5, β) with one seed have the same labels); only
+# with a huge α, where rounding u_k + N(0, 1) decides near-ties, does the draw of u show in the
+# labels, so that case pins ``u = rng.normal(0, alpha, K)``.
 @pytest.mark.parametrize(("alpha", "beta", "iid"), [(1.0, 1.0, False), (0.5, 0.5, False),
                                                     (0.0, 0.0, False), (0.0, 0.0, True),
-                                                    (0.7, 0.3, True)])  # fmt: skip
+                                                    (0.7, 0.3, True),
+                                                    (1e14, 1.0, False)])  # fmt: skip
 def test_synthetic_clients_follow_documented_draw_order_exactly(alpha, beta, iid):
     got = synthetic_clients(alpha, beta, 12, iid=iid, seed=3)
     want, _, _ = reference_synthetic(alpha, beta, 12, iid=iid, seed=3)
@@ -116,6 +173,21 @@ def test_synthetic_clients_follow_documented_draw_order_exactly(alpha, beta, iid
     for (X, y), (Xr, yr) in zip(got, want, strict=True):
         np.testing.assert_array_equal(X, Xr)
         np.testing.assert_array_equal(y, yr)
+
+
+def test_synthetic_clients_defaults_are_30_clients_seed_0():
+    got = synthetic_clients(1.0, 1.0, max_samples_per_client=3)
+    want = synthetic_clients(1.0, 1.0, 30, iid=False, seed=0, max_samples_per_client=3)
+    assert len(got) == 30
+    for (X, y), (Xr, yr) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(X, Xr)
+        np.testing.assert_array_equal(y, yr)
+
+
+def test_synthetic_clients_accepts_smallest_sizes():
+    clients = synthetic_clients(1.0, 1.0, 1, seed=0, max_samples_per_client=1)
+    assert len(clients) == 1
+    assert clients[0][0].shape == (1, 60) and clients[0][1].shape == (1,)
 
 
 def test_synthetic_clients_deterministic_in_seed():
@@ -178,6 +250,38 @@ def test_synthetic_federated_layout_and_counts():
     assert synthetic(0.5, 0.5, 5).name == "synthetic(0.5,0.5)"
 
 
+@pytest.mark.parametrize(
+    ("alpha", "beta", "name"),
+    [(0, 0, "synthetic_iid"), (0.7, 0.3, "synthetic_iid(0.7,0.3)"),
+     (0.5, 0, "synthetic_iid(0.5,0)"), (0, 0.5, "synthetic_iid(0,0.5)")],
+)  # fmt: skip
+def test_synthetic_iid_name_carries_nonzero_alpha_beta(alpha, beta, name):
+    assert synthetic(alpha, beta, 2, iid=True, max_samples_per_client=4).name == name
+
+
+def test_synthetic_is_synthetic_clients_split_with_seed_1_stream():
+    """synthetic() = synthetic_clients() with the same arguments, split per client by the rule of
+    federate() with ``np.random.default_rng([seed, 1])`` when split_seed is None."""
+    kw = {"iid": True, "seed": 5, "max_samples_per_client": 40}
+    clients = synthetic_clients(0.7, 0.3, 4, **kw)
+    X = np.concatenate([c[0] for c in clients])
+    y = np.concatenate([c[1] for c in clients])
+    starts = np.cumsum([0] + [c[1].shape[0] for c in clients])
+    parts = [np.arange(a, b) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    data = synthetic(0.7, 0.3, 4, test_fraction=0.25, val_fraction=0.1, **kw)
+    ref = reference_split(X, y, parts, 0.25, 0.1, np.random.default_rng([5, 1]))
+    assert_split_is(data, ref, with_val=True)
+    assert data.n_classes == 10
+
+
+def test_synthetic_defaults_are_30_clients_seed_0():
+    assert_same_data(
+        synthetic(1.0, 1.0, max_samples_per_client=3),
+        synthetic(1.0, 1.0, 30, iid=False, seed=0, test_fraction=0.2, val_fraction=0.0,
+                  max_samples_per_client=3),
+    )  # fmt: skip
+
+
 def test_synthetic_split_seed_changes_split_not_data():
     a = synthetic(1, 1, 5, seed=0, split_seed=1)
     b = synthetic(1, 1, 5, seed=0, split_seed=2)
@@ -196,29 +300,45 @@ def test_synthetic_val_fraction_adds_validation_split():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "exc", "match"),
+    ("kwargs", "exc", "message"),
     [
-        ({"alpha": -1.0}, ValueError, "alpha"),
-        ({"beta": -0.1}, ValueError, "beta"),
-        ({"alpha": float("nan")}, ValueError, "alpha"),
-        ({"num_clients": 0}, ValueError, "num_clients"),
-        ({"num_clients": 2.0}, TypeError, "num_clients"),
-        ({"seed": -1}, ValueError, "seed"),
-        ({"iid": "yes"}, TypeError, "iid"),
-        ({"max_samples_per_client": 0}, ValueError, "max_samples_per_client"),
+        ({"alpha": -1.0}, ValueError, "alpha must be >= 0.0; got -1.0"),
+        ({"beta": -0.1}, ValueError, "beta must be >= 0.0; got -0.1"),
+        ({"alpha": float("nan")}, ValueError, "alpha must be finite; got nan"),
+        ({"num_clients": 0}, ValueError, "num_clients must be >= 1; got 0"),
+        ({"num_clients": 2.0}, TypeError, "num_clients must be an integer; got float 2.0"),
+        ({"seed": -1}, ValueError, "seed must be >= 0; got -1"),
+        ({"iid": "yes"}, TypeError, "iid must be a bool; got str 'yes'"),
+        ({"max_samples_per_client": 0}, ValueError, "max_samples_per_client must be >= 1; got 0"),
     ],
 )
-def test_synthetic_clients_rejects_bad_input_naming_argument(kwargs, exc, match):
+def test_synthetic_clients_rejects_bad_input_naming_argument(kwargs, exc, message):
     args = {"alpha": 1.0, "beta": 1.0, "num_clients": 3} | kwargs
-    with pytest.raises(exc, match=match):
+    with pytest.raises(exc, match=exactly(message)):
         synthetic_clients(**args)
+    with pytest.raises(exc, match=exactly(message)):
+        synthetic(**args)
 
 
-def test_synthetic_rejects_bad_fractions_before_generating():
-    with pytest.raises(ValueError, match="test_fraction"):
-        synthetic(1, 1, 3, test_fraction=1.0)
-    with pytest.raises(ValueError, match="split_seed"):
-        synthetic(1, 1, 3, split_seed=-2)
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"test_fraction": 1.0}, ValueError, "test_fraction must be < 1.0; got 1.0"),
+        ({"split_seed": -2}, ValueError, "split_seed must be >= 0; got -2"),
+        # seed is checked before split_seed, and before anything is generated
+        ({"seed": -1, "split_seed": -2}, ValueError, "seed must be >= 0; got -1"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
+    ],
+)
+def test_synthetic_rejects_bad_split_arguments_before_generating(kwargs, exc, message):
+    with pytest.raises(exc, match=exactly(message)):
+        synthetic(1, 1, 3, **kwargs)
+
+
+def test_synthetic_accepts_split_seed_0():
+    a = synthetic(1, 1, 2, split_seed=0, max_samples_per_client=10)
+    b = synthetic(1, 1, 2, split_seed=1, max_samples_per_client=10)
+    assert a.num_clients == 2 and not np.array_equal(a.X_test, b.X_test)
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,6 +409,27 @@ def test_partitions_deterministic_in_seed():
         assert not all(np.array_equal(a, b) for a, b in zip(make(4), make(5), strict=True))
 
 
+def test_partition_defaults_are_the_documented_values():
+    labels = np.repeat(np.arange(3), 10)[np.random.default_rng(1).permutation(30)]
+    assert_same_parts(partition_iid(10, 3), partition_iid(10, 3, seed=0))
+    assert_same_parts(
+        partition_power_law(100, 10),
+        partition_power_law(100, 10, exponent=1.5, min_size=1, seed=0),
+    )
+    assert_same_parts(
+        partition_shards(labels, 5), partition_shards(labels, 5, shards_per_client=2, seed=0)
+    )
+    # seed 3 gives a client a single item in the first try: min_size 1 keeps that try
+    assert_same_parts(
+        partition_dirichlet(labels, 4, 0.5, seed=3),
+        partition_dirichlet(labels, 4, 0.5, min_size=1, max_tries=100, seed=3),
+    )
+    assert_same_parts(
+        partition_dirichlet(labels, 4, 0.5), partition_dirichlet(labels, 4, 0.5, seed=0)
+    )
+    assert min(p.shape[0] for p in partition_dirichlet(labels, 4, 0.5, seed=3)) == 1
+
+
 def test_partition_power_law_sizes_are_skewed_with_exact_total():
     parts = partition_power_law(10_000, 50, exponent=1.5, seed=0)
     lengths = np.array([p.shape[0] for p in parts])
@@ -307,6 +448,53 @@ def test_partition_power_law_sizes_follow_largest_remainder():
     assert lengths.sum() == N
     # Hamilton rounding: every share is its quota rounded down or up.
     assert np.all(np.abs(lengths - min_size - quota) < 1)
+
+
+def reference_power_law(N, K, min_size, exponent, seed):
+    """partition_power_law's documented steps with exact Hamilton rounding: floor of each quota,
+    the leftover units one each to the largest fractional parts, ties to the lower index. The
+    weights are max-shifted in log space as the implementation does (only their ratios matter), so
+    that the quotas, and hence their ties, are bit-identical."""
+    rng = np.random.default_rng(seed)
+    log_w = -np.log(1.0 - rng.random(K)) / exponent
+    w = np.exp(log_w - log_w.max())
+    quota = (N - K * min_size) * (w / w.sum())
+    sizes = [int(q) for q in np.floor(quota)]
+    left = N - K * min_size - sum(sizes)
+    for k in sorted(range(K), key=lambda k: (-(quota[k] - sizes[k]), k))[:left]:
+        sizes[k] += 1
+    perm = rng.permutation(N)
+    return np.split(perm, np.cumsum([min_size + z for z in sizes])[:-1])
+
+
+@pytest.mark.parametrize(
+    ("N", "K", "min_size", "exponent", "seed"),
+    [
+        # one leftover unit, which goes to client 0 (largest fractional part 0.53), not to the
+        # largest quota (client 1) nor the last client
+        (50, 4, 1, 1.5, 7),
+        # exponent 1e17 makes the weights equal to rounding: quotas tie in groups, and the ties go
+        # to the lower index
+        (1027, 40, 1, 1e17, 0),
+        # a tiny exponent gives weights U^(-100) far beyond float64's range: only a log-space
+        # shift keeps them finite
+        (100, 5, 2, 0.01, 0),
+    ],
+)
+def test_partition_power_law_is_the_documented_draw(N, K, min_size, exponent, seed):
+    got = partition_power_law(N, K, exponent=exponent, min_size=min_size, seed=seed)
+    assert_same_parts(got, reference_power_law(N, K, min_size, exponent, seed))
+
+
+def test_partition_shards_is_the_documented_cut():
+    """Stable sort by label (ties keep index order), array_split into K·s shards, the shards
+    permuted by default_rng(seed), client k taking perm[k·s:(k+1)·s] in that order."""
+    labels = np.random.default_rng(2).integers(0, 3, 61)
+    K, s, seed = 4, 3, 5
+    shards = np.array_split(np.argsort(labels, kind="stable"), K * s)
+    perm = np.random.default_rng(seed).permutation(K * s)
+    want = [np.concatenate([shards[j] for j in perm[k * s : (k + 1) * s]]) for k in range(K)]
+    assert_same_parts(partition_shards(labels, K, shards_per_client=s, seed=seed), want)
 
 
 def test_partition_shards_two_labels_per_client_when_shards_are_pure():
@@ -363,35 +551,85 @@ def test_partition_dirichlet_respects_min_size():
     assert min(p.shape[0] for p in parts) >= 15
 
 
+_SEED_ERRORS = [
+    ({"seed": -1}, ValueError, "seed must be >= 0; got -1"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
+]
+_TEN = np.arange(10)
+
+
 @pytest.mark.parametrize(
-    ("call", "exc", "match"),
+    ("call", "exc", "message"),
     [
-        (lambda: partition_iid(3, 5), ValueError, "num_clients"),
-        (lambda: partition_iid(10, 0), ValueError, "num_clients"),
-        (lambda: partition_iid(10.0, 2), TypeError, "num_items"),
-        (lambda: partition_power_law(10, 5, min_size=3), ValueError, "min_size"),
-        (lambda: partition_power_law(10, 2, exponent=0.0), ValueError, "exponent"),
-        (lambda: partition_shards(np.arange(5), 3), ValueError, "shards"),
+        (lambda: partition_iid(3, 5), ValueError,
+         "cannot give each of num_clients=5 clients at least one item: only num_items=3"),
+        (lambda: partition_iid(0, 1), ValueError, "num_items must be >= 1; got 0"),
+        (lambda: partition_iid(10, 0), ValueError, "num_clients must be >= 1; got 0"),
+        (lambda: partition_iid(10.0, 2), TypeError, "num_items must be an integer; got float 10.0"),
+        (lambda: partition_power_law(10, 5, min_size=3), ValueError,
+         "num_items=10 is too few for num_clients=5 clients of at least min_size=3 items each"),
+        (lambda: partition_power_law(10, 2, exponent=0.0), ValueError,
+         "exponent must be > 0.0; got 0.0"),
+        (lambda: partition_power_law(10, 2, min_size=0), ValueError,
+         "min_size must be >= 1; got 0"),
+        (lambda: partition_shards(np.arange(5), 3), ValueError,
+         "cannot cut 5 labels into num_clients·shards_per_client = 3·2 = 6 non-empty shards"),
+        (lambda: partition_shards(np.arange(5), 0), ValueError,
+         "num_clients must be >= 1; got 0"),
         (lambda: partition_shards(np.arange(5), 2, shards_per_client=0), ValueError,
-         "shards_per_client"),
-        (lambda: partition_shards([0.5, 1.0], 1), TypeError, "labels"),
-        (lambda: partition_dirichlet(np.arange(10), 2, 0.0), ValueError, "alpha"),
-        (lambda: partition_dirichlet(np.arange(10), 2, 1.0, max_tries=0), ValueError,
-         "max_tries"),
-        (lambda: partition_dirichlet(np.zeros((2, 5), int), 2, 1.0), ValueError, "labels"),
-    ],
+         "shards_per_client must be >= 1; got 0"),
+        (lambda: partition_shards([0.5, 1.0], 1), TypeError,
+         "labels must hold integers; got non-integral values"),
+        (lambda: partition_shards([], 1), ValueError, "labels must be non-empty; got shape (0,)"),
+        (lambda: partition_shards(np.zeros((2, 5), int), 1), ValueError,
+         "labels must be 1-dimensional; got shape (2, 5)"),
+        (lambda: partition_dirichlet(_TEN, 0, 1.0), ValueError,
+         "num_clients must be >= 1; got 0"),
+        (lambda: partition_dirichlet(_TEN, 2, 0.0), ValueError, "alpha must be > 0.0; got 0.0"),
+        (lambda: partition_dirichlet(_TEN, 2, -1.0), ValueError, "alpha must be > 0.0; got -1.0"),
+        (lambda: partition_dirichlet(_TEN, 2, 1.0, min_size=0), ValueError,
+         "min_size must be >= 1; got 0"),
+        (lambda: partition_dirichlet(_TEN, 2, 1.0, max_tries=0), ValueError,
+         "max_tries must be >= 1; got 0"),
+        (lambda: partition_dirichlet(_TEN, 3, 1.0, min_size=4), ValueError,
+         "10 labels are too few for num_clients=3 clients of at least min_size=4 items each"),
+        (lambda: partition_dirichlet(np.zeros((2, 5), int), 2, 1.0), ValueError,
+         "labels must be 1-dimensional; got shape (2, 5)"),
+    ]
+    + [(lambda kw=kw: partition_iid(10, 2, **kw), exc, msg) for kw, exc, msg in _SEED_ERRORS]
+    + [(lambda kw=kw: partition_power_law(10, 2, **kw), exc, msg)
+       for kw, exc, msg in _SEED_ERRORS]
+    + [(lambda kw=kw: partition_shards(_TEN, 2, **kw), exc, msg) for kw, exc, msg in _SEED_ERRORS]
+    + [(lambda kw=kw: partition_dirichlet(_TEN, 2, 1.0, **kw), exc, msg)
+       for kw, exc, msg in _SEED_ERRORS],
 )  # fmt: skip
-def test_partitions_reject_bad_input_naming_argument(call, exc, match):
-    with pytest.raises(exc, match=match):
+def test_partitions_reject_bad_input_naming_argument(call, exc, message):
+    with pytest.raises(exc, match=exactly(message)):
         call()
+
+
+def test_partition_dirichlet_accepts_boundary_sizes():
+    # exactly K·min_size labels: the only valid partition is accepted (one client, every item)
+    np.testing.assert_array_equal(
+        np.sort(partition_dirichlet(np.arange(5) % 2, 1, 1.0, min_size=5)[0]), np.arange(5)
+    )
+    # one try is allowed
+    parts = partition_dirichlet(np.repeat(np.arange(2), 20), 2, 100.0, max_tries=1, seed=0)
+    assert_exact_cover(parts, 40)
 
 
 def test_partition_dirichlet_gives_up_naming_min_size_and_alpha():
     # alpha = 0.01 puts (almost) all of each of the 2 classes on one client: a third client
     # never reaches 20 items.
     labels = np.repeat(np.arange(2), 50)
-    with pytest.raises(ValueError, match="min_size=20.*alpha=0.01"):
+    with pytest.raises(ValueError, match=exactly(
+        "partition_dirichlet could not give every one of 3 clients at least min_size=20 items in "
+        "max_tries=5 tries with alpha=0.01; increase alpha or max_tries, or lower min_size"
+    )):  # fmt: skip
         partition_dirichlet(labels, 3, 0.01, min_size=20, max_tries=5, seed=0)
+    # the default max_tries is 100 (min_size 30 needs all three clients to share both classes)
+    with pytest.raises(ValueError, match="in max_tries=100 tries"):
+        partition_dirichlet(labels, 3, 0.01, min_size=30, seed=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,8 +707,21 @@ def test_federated_data_views_and_sizes():
     assert data.num_val_samples is None
     with pytest.raises(ValueError, match="validation"):
         data.client_val(0)
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match=exactly("k must be <= 3; got 4")):
         data.client_train(4)
+    with pytest.raises(ValueError, match=exactly("k must be >= 0; got -1")):
+        data.client_test(-1)
+
+
+@pytest.mark.parametrize("missing", ["X_val", "y_val", "val_offsets"])
+def test_client_val_needs_all_three_validation_arrays(missing):
+    X, y = id_data(40)
+    data = federate(X, y, partition_iid(40, 2, seed=0), val_fraction=0.2, name="toy")
+    assert data.client_val(1)[0].shape[0] == data.num_val_samples[1]
+    with pytest.raises(ValueError, match=exactly(
+        "dataset 'toy' has no validation split (val_fraction was 0)"
+    )):  # fmt: skip
+        data._replace(**{missing: None}).client_val(0)
 
 
 def test_federate_infers_n_classes_and_accepts_int_features():
@@ -479,6 +730,50 @@ def test_federate_infers_n_classes_and_accepts_int_features():
     data = federate(X, y, [np.arange(10), np.arange(10, 20)])
     assert data.n_classes == 3
     assert data.X_train.dtype == np.float64
+
+
+def test_federate_casts_float32_features_to_float64():
+    X, y = id_data(20)
+    data = federate(X.astype(np.float32), y, [np.arange(10), np.arange(10, 20)])
+    assert data.X_train.dtype == np.float64 and data.X_test.dtype == np.float64
+    ids = data.X_train[:, 0].astype(np.int64)
+    np.testing.assert_array_equal(data.X_train, X.astype(np.float32).astype(np.float64)[ids])
+
+
+def test_federate_accepts_one_row_one_class_and_overlapping_parts():
+    # overlap is allowed: one row used twice gives a client one training and one test sample
+    data = federate(np.ones((1, 2)), np.zeros(1, dtype=int), [np.array([0, 0])], n_classes=1)
+    assert data.n_classes == 1
+    np.testing.assert_array_equal(data.num_train_samples, [1])
+    np.testing.assert_array_equal(data.num_test_samples, [1])
+
+
+def test_federate_and_from_client_arrays_defaults():
+    X, y = id_data(60)
+    parts = [np.arange(25), np.arange(25, 60)]
+    assert_same_data(
+        federate(X, y, parts),
+        federate(X, y, parts, n_classes=None, test_fraction=0.2, val_fraction=0.0, seed=0,
+                 name=""),
+    )  # fmt: skip
+    clients = [(X[p], y[p]) for p in parts]
+    assert_same_data(
+        from_client_arrays(clients, n_classes=4),
+        from_client_arrays(clients, n_classes=4, test_fraction=0.2, val_fraction=0.0, seed=0,
+                           name=""),
+    )  # fmt: skip
+
+
+def test_from_client_arrays_casts_features_to_float64():
+    y = np.array([0, 1, 0, 1, 1])
+    a = from_client_arrays(
+        [(np.arange(10).reshape(5, 2), y), (np.ones((5, 2), np.float32), y)], n_classes=2
+    )
+    b = from_client_arrays([(np.arange(10.0).reshape(5, 2), y), (np.ones((5, 2)), y)], n_classes=2)
+    assert a.X_train.dtype == np.float64
+    assert_same_data(a, b)
+    single = from_client_arrays([(np.ones((3, 2)), np.zeros(3, dtype=int))], n_classes=1)
+    assert single.n_classes == 1
 
 
 def test_from_client_arrays_equals_federate_on_concatenation():
@@ -497,32 +792,65 @@ def test_from_client_arrays_equals_federate_on_concatenation():
 
 def test_federate_rejects_too_small_client_naming_it():
     X, y = id_data(10)
-    with pytest.raises(ValueError, match="client 1 has 1 sample"):
+    with pytest.raises(ValueError, match=exactly(
+        "client 1 has 1 sample(s): too few for 1 test + 0 validation + at least 1 training "
+        "sample; drop or merge small clients or lower the fractions"
+    )):  # fmt: skip
         federate(X, y, [np.arange(5), np.array([5]), np.arange(6, 10)])
     with pytest.raises(ValueError, match="client 0 has 2 sample"):
         federate(X, y, [np.arange(2), np.arange(2, 10)], val_fraction=0.1)
 
 
+_FRACTION_ERRORS = [
+    ({"test_fraction": 1.0}, ValueError, "test_fraction must be < 1.0; got 1.0"),
+    ({"test_fraction": -0.1}, ValueError, "test_fraction must be >= 0.0; got -0.1"),
+    ({"val_fraction": 1.0}, ValueError, "val_fraction must be < 1.0; got 1.0"),
+    ({"val_fraction": -0.1}, ValueError, "val_fraction must be >= 0.0; got -0.1"),
+    ({"val_fraction": float("nan")}, ValueError, "val_fraction must be finite; got nan"),
+    ({"test_fraction": 0.5, "val_fraction": 0.5}, ValueError,
+     "test_fraction + val_fraction must be < 1; got 0.5 + 0.5 = 1.0"),
+    ({"test_fraction": 0.25, "val_fraction": 0.875}, ValueError,
+     "test_fraction + val_fraction must be < 1; got 0.25 + 0.875 = 1.125"),
+]  # fmt: skip
+_COMMON_ERRORS = _FRACTION_ERRORS + [
+    ({"n_classes": 0}, ValueError, "n_classes must be >= 1; got 0"),
+    ({"n_classes": 2.0}, TypeError, "n_classes must be an integer; got float 2.0"),
+    ({"seed": -1}, ValueError, "seed must be >= 0; got -1"),
+    ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
+    ({"name": 3}, TypeError, "name must be a str; got int"),
+]
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "exc", "match"),
-    [
-        ({"X": np.full((10, 3), np.nan)}, ValueError, "X must be finite"),
-        ({"X": np.zeros(10)}, ValueError, "X must be 2-dimensional"),
-        ({"X": np.array([["a"] * 3] * 10)}, TypeError, "X"),
-        ({"y": np.arange(9)}, ValueError, "same length"),
-        ({"y": np.full(10, 0.5)}, TypeError, "y"),
-        ({"y": -np.ones(10, dtype=int)}, ValueError, "y must be >= 0"),
-        ({"n_classes": 2}, ValueError, "n_classes"),
-        ({"test_fraction": 1.0}, ValueError, "test_fraction"),
-        ({"test_fraction": -0.1}, ValueError, "test_fraction"),
-        ({"val_fraction": 0.9}, ValueError, "test_fraction \\+ val_fraction"),
-        ({"parts": []}, ValueError, "parts"),
-        ({"parts": [np.arange(5), np.array([], dtype=int)]}, ValueError, "parts\\[1\\]"),
-        ({"parts": [np.arange(5), np.array([10])]}, ValueError, "parts\\[1\\]"),
-        ({"seed": -1}, ValueError, "seed"),
+    ("kwargs", "exc", "message"),
+    _COMMON_ERRORS + [
+        ({"X": np.full((10, 3), np.nan)}, ValueError,
+         "X must be finite; got 30 NaN and 0 infinite value(s) in an array of shape (10, 3)"),
+        ({"X": np.zeros(10)}, ValueError, "X must be 2-dimensional; got shape (10,)"),
+        ({"X": np.zeros((0, 3)), "y": np.zeros(0, dtype=int)}, ValueError,
+         "X must have at least 1 entry along its first axis; got shape (0, 3)"),
+        ({"X": np.array([["a"] * 3] * 10)}, TypeError,
+         "X must be an array of real numbers; got an array of dtype <U1 and shape (10, 3)"),
+        ({"y": np.arange(9)}, ValueError, "X and y must have the same length; got 10 and 9"),
+        ({"y": np.zeros((10, 1), dtype=int)}, ValueError,
+         "y must be 1-dimensional; got shape (10, 1)"),
+        ({"y": np.full(10, 0.5)}, TypeError, "y must hold integers; got non-integral values"),
+        ({"y": -np.ones(10, dtype=int)}, ValueError, "y must be >= 0; got minimum -1"),
+        ({"n_classes": 2}, ValueError, "y must be in [0, n_classes) = [0, 2); got maximum 2"),
+        ({"parts": []}, ValueError,
+         "parts must hold at least one client's index array; got none"),
+        ({"parts": np.arange(10).reshape(2, 5)}, TypeError,
+         "parts must be a sequence of index arrays; got ndarray"),
+        ({"parts": "01"}, TypeError, "parts must be a sequence of index arrays; got str"),
+        ({"parts": [np.arange(5), np.arange(5, 10)[None]]}, ValueError,
+         "parts[1] must be 1-dimensional; got shape (1, 5)"),
+        ({"parts": [np.arange(5), np.array([], dtype=int)]}, ValueError,
+         "parts[1] is empty: every client needs at least one item"),
+        ({"parts": [np.arange(5), np.array([10])]}, ValueError,
+         "parts[1] must index rows in [0, 10); got values in [10, 10]"),
     ],
-)
-def test_federate_rejects_bad_input_naming_argument(kwargs, exc, match):
+)  # fmt: skip
+def test_federate_rejects_bad_input_naming_argument(kwargs, exc, message):
     args = {
         "X": np.zeros((10, 3)),
         "y": np.arange(10) % 3,
@@ -530,18 +858,42 @@ def test_federate_rejects_bad_input_naming_argument(kwargs, exc, match):
         "n_classes": 3,
     } | kwargs
     X, y, parts = args.pop("X"), args.pop("y"), args.pop("parts")
-    with pytest.raises(exc, match=match):
+    with pytest.raises(exc, match=exactly(message)):
         federate(X, y, parts, **args)
 
 
-def test_from_client_arrays_rejects_bad_clients():
-    ok = (np.zeros((5, 2)), np.zeros(5, dtype=int))
-    with pytest.raises(ValueError, match=r"clients\[1\] X has 3 features"):
-        from_client_arrays([ok, (np.zeros((5, 3)), np.zeros(5, dtype=int))], n_classes=2)
-    with pytest.raises(ValueError, match=r"clients\[0\] y must be in \[0, n_classes\)"):
-        from_client_arrays([(np.zeros((5, 2)), np.full(5, 2))], n_classes=2)
-    with pytest.raises(ValueError, match="clients"):
-        from_client_arrays([], n_classes=2)
+_OK = (np.zeros((5, 2)), np.zeros(5, dtype=int))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    _COMMON_ERRORS + [
+        ({"clients": [_OK, (np.zeros((5, 3)), np.zeros(5, dtype=int))]}, ValueError,
+         "clients[1] X has 3 features but clients[0] X has 2"),
+        ({"clients": [(np.zeros((5, 2)), np.full(5, 2))]}, ValueError,
+         "clients[0] y must be in [0, n_classes) = [0, 2); got maximum 2"),
+        ({"clients": []}, ValueError, "clients must hold at least one (X_k, y_k) pair; got none"),
+        ({"clients": iter([_OK])}, TypeError,
+         "clients must be a sequence of (X_k, y_k) pairs; got list_iterator"),
+        ({"clients": "ab"}, TypeError, "clients must be a sequence of (X_k, y_k) pairs; got str"),
+        ({"clients": [_OK, (np.zeros((5, 2)),)]}, TypeError,
+         "clients[1] must be a pair (X_k, y_k)"),
+        ({"clients": [_OK, np.zeros((2, 5))]}, TypeError, "clients[1] must be a pair (X_k, y_k)"),
+        ({"clients": [_OK, (np.zeros(5), np.zeros(5, dtype=int))]}, ValueError,
+         "clients[1] X must be 2-dimensional; got shape (5,)"),
+        ({"clients": [_OK, (np.zeros((5, 2)), np.zeros((5, 1), dtype=int))]}, ValueError,
+         "clients[1] y must be 1-dimensional; got shape (5, 1)"),
+        ({"clients": [_OK, (np.zeros((5, 2)), -np.ones(5, dtype=int))]}, ValueError,
+         "clients[1] y must be >= 0; got minimum -1"),
+        ({"clients": [_OK, (np.zeros((5, 2)), np.zeros(4, dtype=int))]}, ValueError,
+         "clients[1]: X has 5 rows but y has 4 labels"),
+    ],
+)  # fmt: skip
+def test_from_client_arrays_rejects_bad_input_naming_argument(kwargs, exc, message):
+    args = {"clients": [_OK, _OK], "n_classes": 2} | kwargs
+    clients = args.pop("clients")
+    with pytest.raises(exc, match=exactly(message)):
+        from_client_arrays(clients, **args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -568,9 +920,70 @@ def test_load_digits_shapes_and_ranges(partition):
     np.testing.assert_array_equal(got_labels[key], ref.target[ref_key])
 
 
-def test_load_digits_rejects_unknown_partition():
-    with pytest.raises(ValueError, match="partition"):
-        load_digits(10, partition="random")
+_DIGITS_PARTS = {
+    "iid": lambda N, y, K, seed: partition_iid(N, K, seed=seed),
+    "powerlaw": lambda N, y, K, seed: partition_power_law(N, K, min_size=10, seed=seed),
+    "shards": lambda N, y, K, seed: partition_shards(y, K, shards_per_client=2, seed=seed),
+    "dirichlet": lambda N, y, K, seed: partition_dirichlet(y, K, 0.1, min_size=10, seed=seed),
+}
+
+
+@pytest.mark.parametrize("partition", list(_DIGITS_PARTS))
+def test_load_digits_is_the_documented_partition_and_split(partition):
+    """Pixels / 16; the documented partition (power law and Dirichlet with at least 10 images a
+    client, 2 shards a client) seeded with ``seed``; the split of federate seeded with
+    ``[seed, 1]``. With alpha = 0.1 and seed 1 the first Dirichlet try leaves a client below 10
+    images, so min_size matters."""
+    ref = sk_load_digits()
+    X, y = ref.data / 16.0, ref.target
+    parts = _DIGITS_PARTS[partition](1797, y, 10, 1)
+    data = load_digits(10, partition=partition, alpha=0.1, seed=1, test_fraction=0.3)
+    want = reference_split(X, y, parts, 0.3, 0.0, np.random.default_rng([1, 1]))
+    assert_split_is(data, want, with_val=False)
+    assert data.y_train.dtype == np.int64 and data.n_classes == 10
+
+
+def test_load_digits_defaults():
+    assert_same_data(
+        load_digits(),
+        load_digits(10, partition="shards", alpha=0.5, seed=0, test_fraction=0.2),
+    )
+    assert_same_data(
+        load_digits(partition="dirichlet"),
+        load_digits(10, partition="dirichlet", alpha=0.5, seed=0),
+    )
+    assert load_digits(partition="dirichlet").name == "digits-dirichlet(0.5)"
+    assert load_digits(1).num_clients == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"partition": "random"}, ValueError,
+         "partition must be one of 'iid', 'powerlaw', 'shards', 'dirichlet'; got 'random'"),
+        ({"num_clients": 0}, ValueError, "num_clients must be >= 1; got 0"),
+        ({"num_clients": 2.0}, TypeError, "num_clients must be an integer; got float 2.0"),
+        ({"alpha": 0.0}, ValueError, "alpha must be > 0.0; got 0.0"),
+        ({"alpha": -1.0}, ValueError, "alpha must be > 0.0; got -1.0"),
+        ({"alpha": "x"}, TypeError, "alpha must be a real number; got str 'x'"),
+        ({"partition": "dirichlet", "alpha": 0.0}, ValueError, "alpha must be > 0.0; got 0.0"),
+        ({"partition": "iid", "seed": -1}, ValueError, "seed must be >= 0; got -1"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
+        ({"test_fraction": 1.0}, ValueError, "test_fraction must be < 1.0; got 1.0"),
+    ],
+)  # fmt: skip
+def test_load_digits_rejects_bad_input_naming_argument(kwargs, exc, message):
+    with pytest.raises(exc, match=exactly(message)):
+        load_digits(**({"num_clients": 10} | kwargs))
+
+
+def test_load_digits_without_scikit_learn_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # makes the import fail
+    with pytest.raises(ImportError, match=exactly(
+        "load_digits needs scikit-learn, which ships the digits images: "
+        "pip install 'fairagg[digits]'"
+    )):  # fmt: skip
+        load_digits(10)
 
 
 @pytest.mark.parametrize(
@@ -593,6 +1006,24 @@ def test_load_accepts_every_documented_spec(spec, name, p):
     assert_layout(data, p)
 
 
+def test_load_passes_its_arguments_on():
+    assert_same_data(
+        load("synthetic_iid", num_clients=3, seed=2, test_fraction=0.3),
+        synthetic(0.0, 0.0, 3, iid=True, seed=2, test_fraction=0.3),
+    )
+    for spec, partition, alpha in (("digits:iid", "iid", 0.5),
+                                   ("digits:dirichlet=0.7", "dirichlet", 0.7)):  # fmt: skip
+        assert_same_data(
+            load(spec, num_clients=5, seed=3, test_fraction=0.3),
+            load_digits(5, partition=partition, alpha=alpha, seed=3, test_fraction=0.3),
+        )
+    assert load("digits:dirichlet=0.7", num_clients=5).name == "digits-dirichlet(0.7)"
+
+
+def test_load_defaults_are_30_clients_seed_0():
+    assert_same_data(load("digits"), load("digits", num_clients=30, seed=0, test_fraction=0.2))
+
+
 def test_load_synthetic_equals_synthetic():
     a = load("synthetic:1,1", num_clients=5, seed=2, test_fraction=0.3)
     b = synthetic(1.0, 1.0, 5, seed=2, test_fraction=0.3)
@@ -612,8 +1043,29 @@ def test_load_rejects_bad_spec_listing_accepted_forms(spec):
     assert all(form in str(info.value) for form in DATA_SPECS)
 
 
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ("synthetic:1", "synthetic needs two numbers ALPHA,BETA"),
+        ("synthetic:a,1", "ALPHA 'a' is not a number"),
+        ("synthetic:1, b", "BETA 'b' is not a number"),
+        ("synthetic:-1,1", "ALPHA must be >= 0, got -1"),
+        ("synthetic:1,nan", "BETA must be >= 0, got nan"),
+        ("digits:dirichlet=0", "ALPHA must be > 0, got 0"),
+        ("digits:dirichlet=x", "ALPHA 'x' is not a number"),
+        ("digits:foo", "unknown digits partition 'foo'"),
+        ("mnist", "unknown dataset"),
+    ],
+)
+def test_load_bad_spec_message_names_spec_and_reason(spec, why):
+    message = f"bad data spec {spec!r} ({why}); accepted forms are: " + "; ".join(DATA_SPECS)
+    with pytest.raises(ValueError) as info:
+        load(spec, num_clients=5)
+    assert str(info.value) == message
+
+
 def test_load_rejects_non_string_spec():
-    with pytest.raises(TypeError, match="spec"):
+    with pytest.raises(TypeError, match=exactly("spec must be a str; got int")):
         load(3)  # type: ignore[arg-type]
 
 
