@@ -772,8 +772,10 @@ def test_from_client_arrays_casts_features_to_float64():
     b = from_client_arrays([(np.arange(10.0).reshape(5, 2), y), (np.ones((5, 2)), y)], n_classes=2)
     assert a.X_train.dtype == np.float64
     assert_same_data(a, b)
-    single = from_client_arrays([(np.ones((3, 2)), np.zeros(3, dtype=int))], n_classes=1)
-    assert single.n_classes == 1
+    single = from_client_arrays(
+        [(np.ones((3, 2), np.float32), np.zeros(3, dtype=int))], n_classes=1
+    )
+    assert single.n_classes == 1 and single.X_train.dtype == np.float64
 
 
 def test_from_client_arrays_equals_federate_on_concatenation():
@@ -968,6 +970,9 @@ def test_load_digits_defaults():
         ({"alpha": "x"}, TypeError, "alpha must be a real number; got str 'x'"),
         ({"partition": "dirichlet", "alpha": 0.0}, ValueError, "alpha must be > 0.0; got 0.0"),
         ({"partition": "iid", "seed": -1}, ValueError, "seed must be >= 0; got -1"),
+        # checked in order: num_clients, partition, alpha, seed, test_fraction
+        ({"num_clients": 0, "partition": "random"}, ValueError, "num_clients must be >= 1; got 0"),
+        ({"seed": -1, "test_fraction": 1.0}, ValueError, "seed must be >= 0; got -1"),
         ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
         ({"test_fraction": 1.0}, ValueError, "test_fraction must be < 1.0; got 1.0"),
     ],
