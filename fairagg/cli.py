@@ -272,9 +272,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _make_experiment(args: argparse.Namespace):
-    from models import make_model
-
     from .data import load
+    from .models import make_model
 
     data = load(
         args.data, num_clients=args.clients, seed=args.data_seed, test_fraction=args.test_fraction

@@ -94,11 +94,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         f"engine). The import failed with: {exc}"
     ) from exc
 
-from models import FlatModel
-
 from ._checks import check_choice, check_int, check_real
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
+from .models import FlatModel
 from .rules import RULES, check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
 from .simulate import SAMPLING_STREAM, _client_momentum
@@ -308,7 +307,7 @@ def train_reply(
 
     Parameters
     ----------
-    model : models.FlatModel
+    model : fairagg.models.FlatModel
     data : fairagg.data.FederatedData
         All clients' data (the client reads its own rows).
     client_id : int
@@ -329,7 +328,7 @@ def train_reply(
         ``"local"``).
     """
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     check_choice(reply, "reply", _REPLY_KINDS)
     n_train, _ = _check_data(data)
     k = _check_client(client_id, n_train.size)
@@ -395,7 +394,7 @@ def evaluate_reply(model: FlatModel, data: Any, client_id: int, content: RecordD
     under :data:`LOSS` and :data:`ACCURACY`, with the test-set size under :data:`NUM_EXAMPLES`.
     """
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     n_train, n_test = _check_data(data)
     k = _check_client(client_id, n_train.size)
     _, arrays = _single_record(content, "ArrayRecord", "an evaluate message")
@@ -450,7 +449,7 @@ def fairagg_client_app(
 
     Parameters
     ----------
-    model : models.FlatModel
+    model : fairagg.models.FlatModel
     data : FederatedData or callable
         The federated data, or a zero-argument loader returning it, called once per process.
         A picklable loader (``functools.partial(fairagg.data.load, "synthetic:1,1",
@@ -463,7 +462,7 @@ def fairagg_client_app(
         See :func:`train_reply`.
     """
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     if not callable(data):
         _check_data(data)
     check_choice(reply, "reply", _REPLY_KINDS)

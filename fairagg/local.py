@@ -38,10 +38,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from models import FlatModel
-from models._kernels import gradient_clients, sgd_clients_parallel, sgd_clients_serial
-
 from ._checks import as_int_array, check_int, check_real
+from .models import FlatModel
+from .models._kernels import gradient_clients, sgd_clients_parallel, sgd_clients_serial
 
 __all__ = [
     "LocalResult",
@@ -153,7 +152,7 @@ def train_clients(
 
     Parameters
     ----------
-    model : models.FlatModel
+    model : fairagg.models.FlatModel
         ``LogisticRegression`` or ``MLP``.
     params : ndarray, shape (d,)
         θ^t, float32 or float64; training runs in this dtype.
@@ -182,7 +181,7 @@ def train_clients(
     LocalResult
     """
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = np.ascontiguousarray(model._check_params(params))
     epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
         epochs, batch_size, lr, momentum, prox_mu
@@ -225,7 +224,7 @@ def trained_accuracies(
     shape (m,): the ``accuracy_source="local"`` report (FedFa, SPEC §0). Row i of ``deltas``
     belongs to ``clients[i]``."""
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = model._check_params(params)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
     D = np.asarray(deltas)
@@ -293,7 +292,7 @@ def client_gradients(
     parallel threads; each gradient is computed by one thread, so results are reproducible.
     """
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = np.ascontiguousarray(model._check_params(params))
     bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
@@ -339,7 +338,7 @@ def sgd_reference(
 
     Parameters
     ----------
-    model : models.FlatModel
+    model : fairagg.models.FlatModel
     params : ndarray, shape (d,)
         θ^t.
     X, y : ndarray, shapes (n, p) and (n,)

@@ -31,10 +31,10 @@ solver. Defaults:
   unchanged and makes Clarabel markedly more reliable; ``value`` is scaled back.
 
 Federated optima. :func:`qffl_optimum` and :func:`afl_optimum` state the q-FFL objective and
-the AFL minimax problem of a ``models.LogisticRegression`` on federated data (rows of all clients
-concatenated, client k owning ``offsets[k]:offsets[k+1]``) as exponential- and power-cone programs
-(Clarabel by default). They are the slowest oracles (~30-100 ms on the small problems of the
-tests) and the least accurate: the tighter rungs usually end "almost solved", so they are solved
+the AFL minimax problem of a ``fairagg.models.LogisticRegression`` on federated data (rows of all
+clients concatenated, client k owning ``offsets[k]:offsets[k+1]``) as exponential- and power-cone
+programs (Clarabel by default). They are the slowest oracles (~30-100 ms on the small problems of
+the tests) and the least accurate: the tighter rungs usually end "almost solved", so they are solved
 to Clarabel's default 1e-8, which leaves values accurate to ~1e-8 relative but gradients at the
 returned argmin of up to ~1e-4 of their scale (see their docstrings). Where every rung ends
 "almost solved", the ladder is run again with Clarabel's step length capped at 0.9, then 0.8.
@@ -903,10 +903,12 @@ class _Federated(NamedTuple):
 
 def _federated(model: Any, X: Any, y: Any, offsets: Any) -> _Federated:
     """Validate (model, X, y, offsets) for the federated oracles."""
-    from models.logistic import LogisticRegression
+    from .models.logistic import LogisticRegression
 
     if not isinstance(model, LogisticRegression):
-        raise TypeError(f"model must be a models.LogisticRegression; got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a fairagg.models.LogisticRegression; got {type(model).__name__}"
+        )
     C, p = int(model.n_classes), int(model.n_features)
     Xv = as_float_array(X, "X", ndim=2, dtype=np.float64, allow_int=True, min_size=1)
     if Xv.shape[1] != p:
@@ -1077,7 +1079,7 @@ def qffl_optimum(
 
     Parameters
     ----------
-    model : models.LogisticRegression
+    model : fairagg.models.LogisticRegression
         Gives n_features p, n_classes C and l2; ``x`` is in its flat layout (W row-major, then b).
     X : array_like, shape (N, p)
         All clients' rows, concatenated in client order; finite.

@@ -19,10 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from models import FlatModel
-
 from ._checks import as_float_array, check_federated_data
 from .local import client_gradients
+from .models import FlatModel
 from .simplex import min_norm_weights
 
 __all__ = ["ParetoCertificate", "model_pareto_certificate", "pareto_certificate"]
@@ -58,7 +57,7 @@ def model_pareto_certificate(model: FlatModel, params: Any, data: Any) -> Pareto
     """:func:`pareto_certificate` of the full-batch gradients ∇F_k(w) of every client of the
     federated ``data`` (training splits) for ``model`` at ``params``."""
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     data = check_federated_data(data)
     K = int(np.asarray(data.train_offsets).size - 1)
     res = client_gradients(model, params, data, np.arange(K))

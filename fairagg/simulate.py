@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from models import FlatModel
-
 from ._checks import check_choice, check_federated_data, check_int, check_real
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
+from .models import FlatModel
 from .rules import check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
 from .types import LocalSpec, RoundReports, Rule, check_local_spec
@@ -212,7 +211,7 @@ def simulate(
     ----------
     rule : Rule or str
         A rule, or a registry name (built with default hyper-parameters).
-    model : models.FlatModel
+    model : fairagg.models.FlatModel
     data : fairagg.data.FederatedData
     rounds : int
         T ≥ 1 aggregation rounds.
@@ -267,7 +266,7 @@ def simulate(
         local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
     )
     if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a models.FlatModel; got {type(model).__name__}")
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     data = check_federated_data(data)
     K = int(np.asarray(data.train_offsets).size - 1)
     T = check_int(rounds, "rounds", low=1)

@@ -12,6 +12,11 @@ Parameter layouts (row-major blocks, concatenated; weight matrices are (out, in)
 - MLP: ``W1 (H, p) | b1 (H,) | W2 (C, H) | b2 (C,)``
 
 ``act`` selects the MLP hidden activation: 0 = tanh, 1 = ReLU (derivative 0 at 0).
+
+The module is imported as ``fairagg.models._kernels`` (the repository's ``models/`` folder
+installs as ``fairagg.models``). Numba's on-disk cache records the module name and is refreshed
+only when this file changes: a cache written under an earlier name fails to load with "No module
+named 'models'" (delete ``models/__pycache__`` if it ever does).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from models import MLP, FlatModel, LogisticRegression
+from fairagg.models import MLP, FlatModel, LogisticRegression
 
 __all__ = [
     "MAX_CLASSES",

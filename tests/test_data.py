@@ -1077,3 +1077,17 @@ def test_load_rejects_non_string_spec():
 def test_data_specs_is_a_tuple_of_strings():
     assert isinstance(DATA_SPECS, tuple) and all(isinstance(s, str) for s in DATA_SPECS)
     assert any(s.startswith("synthetic:") for s in DATA_SPECS) and "synthetic_iid" in DATA_SPECS
+
+
+def test_alpha_does_not_change_the_synthetic_data():
+    # The docstring's claim: u_k shifts every class's score alike (argmax unchanged) and the same
+    # noise is drawn for every α, so X and y do not depend on α.
+    for seed in (0, 3):
+        a = synthetic_clients(0.0, 1.0, 6, seed=seed)
+        b = synthetic_clients(5.0, 1.0, 6, seed=seed)
+        for (Xa, ya), (Xb, yb) in zip(a, b, strict=True):
+            np.testing.assert_array_equal(Xa, Xb)
+            np.testing.assert_array_equal(ya, yb)
+    # β does change them: the clients' feature means move.
+    c = synthetic_clients(0.0, 0.0, 6, seed=0)
+    assert not np.array_equal(c[0][0], synthetic_clients(0.0, 1.0, 6, seed=0)[0][0])

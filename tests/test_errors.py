@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import fairagg
-import models
-from fairagg import make_reports, oracles, pareto, types
+from fairagg import make_reports, models, oracles, pareto, types
 from tests.tolerances import ORACLE_QP, assert_close
 
 N2 = np.ones(2, dtype=np.int64)
@@ -128,7 +127,7 @@ def test_simulate_and_pareto_refuse_a_dataset_name_for_data():
         fairagg.simulate("fedavg", model, "synthetic", rounds=1, clients_per_round=2)
     with pytest.raises(TypeError, match="data must be a fairagg.data.FederatedData"):
         pareto.model_pareto_certificate(model, np.zeros(model.num_params), "digits")
-    with pytest.raises(TypeError, match="model must be a models.FlatModel; got str"):
+    with pytest.raises(TypeError, match="model must be a fairagg.models.FlatModel; got str"):
         pareto.model_pareto_certificate("logistic", None, None)
 
 
@@ -417,3 +416,33 @@ def test_qfedsgd_with_a_zero_row_keeps_subnormal_gradients():
     assert want[0] != 0.0
     # A few roundings of float64 (the ratio of two sums): well inside the closed-form 1e-12.
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+# --------------------------------------------------------------------------------------------
+# import fairagg wherever the caller's code lives
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_import_fairagg_from_a_folder_with_its_own_models(tmp_path, layout):
+    # ML projects often have their own models.py or models/ package; fairagg's models install
+    # as fairagg.models, so the caller's never shadows them.
+    import subprocess
+    import sys
+
+    if layout == "module":
+        (tmp_path / "models.py").write_text("raise ImportError('the caller models.py')\n")
+    else:
+        (tmp_path / "models").mkdir()
+        (tmp_path / "models" / "__init__.py").write_text("FlatModel = None\n")
+    code = (
+        "import fairagg, fairagg.local, fairagg.simulate, fairagg.pareto\n"
+        "from fairagg.models import LogisticRegression, FlatModel\n"
+        "assert FlatModel is not None and issubclass(LogisticRegression, FlatModel)\n"
+        "print(fairagg.models.__name__)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["fairagg.models"]

@@ -50,8 +50,8 @@ from fairagg.flower import (  # noqa: E402
     train_reply,
 )
 from fairagg.local import client_gradients, train_clients, trained_accuracies  # noqa: E402
+from fairagg.models import LogisticRegression  # noqa: E402
 from fairagg.rules.qffl import qfedavg_step  # noqa: E402
-from models import LogisticRegression  # noqa: E402
 from tests.tolerances import assert_close  # noqa: E402
 
 NAMES = sorted(RULES)

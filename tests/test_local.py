@@ -12,7 +12,7 @@ import pytest
 
 from fairagg.data import FederatedData, from_client_arrays
 from fairagg.local import LocalResult, client_shuffles, sgd_reference, train_clients
-from models import MLP, FlatModel, LogisticRegression
+from fairagg.models import MLP, FlatModel, LogisticRegression
 from tests.tolerances import assert_close
 
 P, C = 5, 3

@@ -86,7 +86,10 @@ def test_projection_equals_sort_closed_form():
 def test_projection_edge_cases():
     np.testing.assert_allclose(oracles.project_simplex([-3.0]).x, [1.0], rtol=0, atol=QP_ATOL)
     np.testing.assert_allclose(oracles.project_simplex([4.0], 2.0).x, [2.0], rtol=0, atol=QP_ATOL)
-    np.testing.assert_allclose(oracles.project_simplex([1.0, 2.0], 0.0).x, 0, atol=QP_ATOL)
+    # total = 0 (the single point 0) is refused, as by the exact simplex.project_simplex that
+    # this oracle checks.
+    with pytest.raises(ValueError, match="total must be > 0"):
+        oracles.project_simplex([1.0, 2.0], 0.0)
 
 
 def test_box_simplex_with_equal_bounds_is_uniform():

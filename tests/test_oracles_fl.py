@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fairagg import oracles
+from fairagg.models import MLP, LogisticRegression
 from fairagg.rules.qffl import qffl_objective
-from models import MLP, LogisticRegression
 from tests.strategies import finite_floats
 
 #: Relative error of a returned value (q ≤ 1; times q + 1 beyond, see ``value_rtol``).

@@ -27,7 +27,7 @@ def test_quick_start_runs_and_its_values_are_right():
 
 def test_readme_gives_the_ci_test_command():
     ci = (README.parent / ".ci" / "run").read_text()
-    command = "pip install -e '.[test,flower]' && python -m pytest"
+    command = "pip install -e '.[test,flower]' && python -m pytest -n auto"
     assert command in README.read_text() and command in ci
 
 

@@ -8,11 +8,11 @@ import pytest
 from fairagg import History, LocalSpec, fairavg, fairavg_weights, fedavg, make_reports, simulate
 from fairagg.data import synthetic
 from fairagg.local import client_gradients, train_clients
+from fairagg.models import MLP, LogisticRegression
 from fairagg.rules.afl import afl
 from fairagg.rules.qffl import qfedsgd
 from fairagg.sampling import sample_clients
 from fairagg.types import Aggregate, EmptyState, Rule
-from models import MLP, LogisticRegression
 from tests.tolerances import assert_close
 
 ROUNDS = 4

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fairagg.data import synthetic
+from fairagg.models import LogisticRegression
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
-from models import LogisticRegression
 from tests.scripts import csv_rows, load_script
 
 FILES = (

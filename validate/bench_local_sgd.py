@@ -25,8 +25,8 @@ from _bench import median_time, threads, write_results  # noqa: E402
 
 from fairagg.data import synthetic  # noqa: E402
 from fairagg.local import client_shuffles, sgd_reference, train_clients  # noqa: E402
+from fairagg.models import MLP, LogisticRegression  # noqa: E402
 from fairagg.sampling import sample_clients  # noqa: E402
-from models import MLP, LogisticRegression  # noqa: E402
 
 
 def main() -> None:

@@ -169,12 +169,12 @@ import numpy as np
 
 from fairagg.data import FederatedData, synthetic
 from fairagg.metrics import fairness_summary
+from fairagg.models import LogisticRegression
 from fairagg.rules import make_rule
 from fairagg.rules.fedavg import apply_weighted_update, fedavg_weights
 from fairagg.rules.fedfa import FedFaState, fedfa, fedfa_server_step
 from fairagg.simulate import simulate
 from fairagg.types import Aggregate, RoundReports, Rule
-from models import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _output import (  # noqa: E402

@@ -160,9 +160,9 @@ import numpy as np
 
 from fairagg.data import FederatedData, from_client_arrays, load_digits
 from fairagg.metrics import fairness_summary
+from fairagg.models import MLP, LogisticRegression
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
-from models import MLP, LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _output import (  # noqa: E402

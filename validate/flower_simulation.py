@@ -70,7 +70,7 @@ from _output import CsvAppender, log  # noqa: E402
 import fairagg  # noqa: E402
 from fairagg import RULES, make_rule, simulate  # noqa: E402
 from fairagg.data import load  # noqa: E402
-from models import make_model  # noqa: E402
+from fairagg.models import make_model  # noqa: E402
 
 #: Relative agreement that counts as float64 round-off.
 TOLERANCE = 1e-12

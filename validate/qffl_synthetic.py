@@ -77,9 +77,9 @@ import numpy as np
 
 from fairagg.data import synthetic
 from fairagg.metrics import fairness_summary
+from fairagg.models.logistic import LogisticRegression
 from fairagg.rules import make_rule
 from fairagg.simulate import simulate
-from models.logistic import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _output import CsvAppender, cell, int_list  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from models import MLP, LogisticRegression, make_model
+from fairagg.models import MLP, LogisticRegression, make_model
 from tests.strategies import classification_data, flat_models, flat_params
 from tests.tolerances import FINITE_DIFFERENCE, assert_close
 

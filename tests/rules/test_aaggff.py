@@ -19,9 +19,9 @@ from hypothesis.extra import numpy as hnp
 
 from fairagg import Aggregate, make_reports, make_rule, oracles, simulate
 from fairagg.data import synthetic
+from fairagg.models import LogisticRegression
 from fairagg.online import dr_response, play_aaggff_d, play_aaggff_s
 from fairagg.rules.aaggff import AAgFFDState, AAgFFSState, aaggff_d, aaggff_s
-from models import LogisticRegression
 from tests.tolerances import ORACLE_QP, assert_close
 
 # The six response CDFs of SPEC §5, written out independently of fairagg.online.RESPONSE_CDFS.

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fairagg import make_reports, oracles
+from fairagg.models import LogisticRegression
 from fairagg.rules.afl import AFLState, afl, afl_step
 from fairagg.simplex import project_simplex
-from models import LogisticRegression
 from tests.tolerances import assert_close
 
 MODEL = LogisticRegression(3, 3, l2=0.1)

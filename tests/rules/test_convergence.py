@@ -13,9 +13,9 @@ import pytest
 
 from fairagg import oracles, simulate
 from fairagg.data import from_client_arrays
+from fairagg.models import LogisticRegression
 from fairagg.rules.afl import afl
 from fairagg.rules.qffl import qfedsgd, qffl_objective
-from models import LogisticRegression
 
 K, P, C = 4, 3, 3
 MODEL = LogisticRegression(P, C, l2=0.1)

@@ -12,6 +12,7 @@ from hypothesis.extra import numpy as hnp
 
 from fairagg import make_reports, make_rule, simulate
 from fairagg.local import train_clients
+from fairagg.models import LogisticRegression
 from fairagg.rules.fedfa import (
     FedFaState,
     fedfa,
@@ -20,7 +21,6 @@ from fairagg.rules.fedfa import (
     fedfa_weights,
 )
 from fairagg.sampling import sample_clients
-from models import LogisticRegression
 from tests.rules.test_convergence import federated_data
 from tests.strategies import update_matrices
 from tests.tolerances import assert_close

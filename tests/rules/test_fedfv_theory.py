@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from fairagg import make_reports, simulate
 from fairagg.data import from_client_arrays
+from fairagg.models import LogisticRegression
 from fairagg.pareto import model_pareto_certificate, pareto_certificate
 from fairagg.rules.fedavg import fairavg
 from fairagg.rules.fedfv import RHO, fedfv, fedfv_direction
-from models import LogisticRegression
 from tests.tolerances import assert_close
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from fairagg import LocalSpec, fedavg, make_reports, simulate
 from fairagg.data import synthetic
+from fairagg.models import LogisticRegression
 from fairagg.rules.propfair import propfair
-from models import LogisticRegression
 from tests.tolerances import assert_close
 
 

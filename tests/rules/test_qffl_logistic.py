@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairagg.models import LogisticRegression
 from fairagg.rules.qffl import lipschitz_q
-from models import LogisticRegression
 from tests.tolerances import FINITE_DIFFERENCE
 
 
