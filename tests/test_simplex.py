@@ -1485,3 +1485,324 @@ def test_box_errors_name_the_bound_and_the_first_index_that_is_wrong():
         project_box_simplex([0.3, 0.2], upper=["a", "b"])
     with pytest.raises(TypeError, match="^lower "):
         project_box_simplex([0.3, 0.2], lower=["a", "b"])
+
+
+def test_a_projection_onto_a_vertex_puts_exactly_total_there():
+    # y_1 − y_0 = 0.4 − 0.1 ≥ 0.3 = total (in binary, 0.30000000000000001665 > 0.3): the
+    # projection is the vertex [0, 0.3], whose one positive entry is total itself. The tie
+    # y_0 − τ = 0 must not enter the support (it would shift τ by a rounding of the cumulative sum).
+    np.testing.assert_array_equal(project_simplex([0.1, 0.4], 0.3), [0.0, 0.3])
+    np.testing.assert_array_equal(project_simplex([0.8, 0.2], 0.6), [0.6, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "message"),
+    [
+        (
+            lambda: project_box_simplex(np.zeros((2, 2))),
+            ValueError,
+            r"^y must be 1-dimensional; got shape \(2, 2\)$",
+        ),
+        (
+            lambda: project_box_simplex(np.zeros(0)),
+            ValueError,
+            r"^y must have at least 1 entry along its first axis; got shape \(0,\)$",
+        ),
+        (
+            lambda: a_norm_projection(np.zeros((3, 1)), I3),
+            ValueError,
+            r"^y must be 1-dimensional; got shape \(3, 1\)$",
+        ),
+        (
+            lambda: a_norm_projection(np.zeros(0), np.zeros((0, 0))),
+            ValueError,
+            r"^y must have at least 1 entry along its first axis; got shape \(0,\)$",
+        ),
+        (
+            lambda: log_normalize(np.zeros((2, 2))),
+            ValueError,
+            r"^log_weights must be 1-dimensional; got shape \(2, 2\)$",
+        ),
+        (
+            lambda: log_normalize(np.zeros(0)),
+            ValueError,
+            r"^log_weights must have at least 1 entry along its first axis; got shape \(0,\)$",
+        ),
+        (
+            lambda: log_normalize([0.0, np.nan]),
+            ValueError,
+            r"^log_weights must not hold NaN or \+inf$",
+        ),
+        (
+            lambda: log_normalize([-np.inf, -np.inf]),
+            ValueError,
+            r"^log_weights must hold at least one finite entry \(all weights are zero\)$",
+        ),
+        (
+            lambda: kl_step(P2, [0.0, np.nan], 1.0),
+            ValueError,
+            r"^r must not hold NaN or \+inf \(-inf is the limit of a zero weight\)$",
+        ),
+        (
+            lambda: kl_step([1.0, 0.0], [-np.inf, 0.0], 1.0),
+            ValueError,
+            r"^r must be finite somewhere on the support of p$",
+        ),
+        (
+            lambda: check_simplex_point(np.full((2, 2), 0.25), "w"),
+            ValueError,
+            r"^w must be 1-dimensional; got shape \(2, 2\)$",
+        ),
+        (
+            lambda: check_simplex_point(np.zeros(0), "w"),
+            ValueError,
+            r"^w must have at least 1 entry along its first axis; got shape \(0,\)$",
+        ),
+        (
+            lambda: min_norm_weights(1.0),
+            ValueError,
+            r"^gram must be 2-dimensional; got shape \(\)$",
+        ),
+        (
+            lambda: min_norm_weights(np.zeros((0, 0))),
+            ValueError,
+            r"^gram must have at least 1 entry along its first axis; got shape \(0, 0\)$",
+        ),
+        (
+            lambda: min_norm_weights(np.ones((2, 3))),
+            ValueError,
+            r"^gram must have shape \(2, 2\) to match b; got \(2, 3\)$",
+        ),
+        (
+            lambda: min_norm_weights(np.diag([1.0, -1.0])),
+            ValueError,
+            r"^gram must be positive semidefinite; it has a negative diagonal entry$",
+        ),
+        (
+            # e_0 is the start (the shortest vector); the minimum [1/2, 1/2] takes a second step
+            lambda: min_norm_weights(np.eye(2), max_iter=1),
+            RuntimeError,
+            r"^the active-set method did not terminate in max_iter = 1 iterations ",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_the_whole_message(call, exc, message):
+    with pytest.raises(exc, match=message):
+        call()
+
+
+def report_status(monkeypatch, status):
+    """Make the compiled solver report ``status`` (1: the iteration limit, 2: a singular start,
+    3: not positive definite) with whatever else it computed: the message each one gives."""
+    real = simplex_mod._qp
+
+    def fake(*args):
+        out = real(*args)
+        return (*out[:4], status, *out[5:])
+
+    monkeypatch.setattr(simplex_mod, "_qp", fake)
+
+
+def test_the_default_iteration_limit_is_20k_plus_100(monkeypatch):
+    # Reaching the limit is not practical to provoke; the message names the limit that was used.
+    report_status(monkeypatch, 1)
+    for solve in (
+        lambda: solve_simplex_qp(np.eye(3), Z3),
+        lambda: solve_simplex_qp(np.eye(3), Z3, x0=Y3),
+        lambda: min_norm_weights(np.eye(3)),
+    ):
+        with pytest.raises(RuntimeError, match=r"max_iter = 160 iterations \(cycling"):
+            solve()
+    with pytest.raises(RuntimeError, match=r"max_iter = 7 iterations \(cycling"):
+        min_norm_weights(np.eye(3), max_iter=7)
+
+
+@pytest.mark.parametrize(
+    ("status", "exc", "message"),
+    [
+        (
+            2,
+            RuntimeError,
+            r"^the free-set KKT system is singular at the start: gram is degenerate$",
+        ),
+        (3, ValueError, r"^gram must be positive definite \(its Cholesky factorisation failed\)$"),
+    ],
+)
+def test_min_norm_weights_failures_name_gram(monkeypatch, status, exc, message):
+    report_status(monkeypatch, status)
+    with pytest.raises(exc, match=message):
+        min_norm_weights(np.eye(3))
+
+
+def test_check_simplex_point_returns_float64_and_its_tolerance_is_inclusive():
+    p = check_simplex_point(np.array([0.25, 0.75], dtype=np.float32), "w")
+    assert p.dtype == np.float64
+    np.testing.assert_array_equal(p, [0.25, 0.75])
+    # |Σp − 1| = 0.25 = rtol exactly: "sums to 1 (±rtol)" includes the bound
+    check_simplex_point([0.5, 0.75], "w", rtol=0.25)
+    with pytest.raises(ValueError, match="w must sum to 1"):
+        check_simplex_point([0.5, 0.875], "w", rtol=0.25)
+
+
+def test_kl_step_computes_in_float64_whatever_the_dtype_of_r():
+    r = np.array([0.1, 0.3], dtype=np.float32)
+    q = kl_step([0.5, 0.5], r, 0.7)
+    assert q.dtype == np.float64
+    # (r_0 − r_1)/η in float64: float32 would round it by ~1e-8, far beyond CLOSED_FORM
+    assert_close(q, kl_step([0.5, 0.5], r.astype(np.float64), 0.7))
+    d = (float(r[0]) - float(r[1])) / 0.7
+    assert_close(q, [np.exp(d) / (1 + np.exp(d)), 1 / (1 + np.exp(d))])
+
+
+def test_kl_step_ignores_the_response_outside_the_support_of_p():
+    # p_2 = 0: q_2 = 0 whatever r_2, and r_2 = 2000 must not shift the others' exponents (e^-2000
+    # underflows): q = [1, e]/(1 + e) on the support.
+    want = [1 / (1 + np.e), np.e / (1 + np.e), 0.0]
+    for r2 in (0.0, 2000.0, 1e308):
+        assert_close(kl_step([0.5, 0.5, 0.0], [0.0, 1.0, r2], 1.0), want)
+
+
+def test_min_norm_point_computes_in_float64_whatever_the_dtype_of_the_vectors():
+    V = np.array([[1.0, 0.1], [0.3, -1.0], [-0.7, 0.2]], dtype=np.float32)
+    res = min_norm_point(V)
+    want = min_norm_point(V.astype(np.float64))  # the same numbers, a float64 Gram matrix
+    assert res.weights.dtype == res.point.dtype == np.float64
+    assert_close(res.weights, want.weights)
+    assert_close(res.point, want.point)
+
+
+def test_min_norm_weights_ties_go_to_the_first_shortest_vector():
+    # 20 copies of 2e_1, then 20 of e_1: every weight on the e_1 copies is a minimiser; the
+    # method starts at (and stays on) the first shortest vector, index 20, as a stable order of
+    # the diagonal gives (an unstable sort of 40 entries scrambles the ties).
+    V = np.vstack([np.tile([2.0, 0.0], (20, 1)), np.tile([1.0, 0.0], (20, 1))])
+    np.testing.assert_array_equal(min_norm_point(V).weights, np.eye(40)[20])
+    np.testing.assert_array_equal(min_norm_weights(V @ V.T).x, np.eye(40)[20])
+
+
+# -------------------------------------------------- the kept Cholesky factor (AAgFF-S's rounds)
+
+
+def test_new_factor_is_zeroed_and_empty(monkeypatch):
+    # A kept factor lives in a state that is copied and compared: no uninitialised memory.
+    real_empty = np.empty
+
+    def dirty(shape, dtype=float):
+        out = real_empty(shape, dtype)
+        out[...] = -7
+        return out
+
+    monkeypatch.setattr(np, "empty", dirty)
+    f = simplex_mod._new_factor(3)
+    np.testing.assert_array_equal(f.L, np.zeros((3, 3)))
+    np.testing.assert_array_equal(f.order, np.zeros(3, dtype=np.int64))
+    assert f.order.dtype == np.int64
+    assert (f.size, f.age, f.key) == (-1, 0, ())
+
+
+def test_factor_rank_one_of_no_factor_or_an_empty_one():
+    L, order = np.arange(9.0).reshape(3, 3), np.array([2, 0, 1])
+    none = simplex_mod.QPFactor(L, order, -1, 5, ("old",))
+    new = simplex_mod._factor_rank_one(none, np.ones(3), ("new",))
+    # no factor stays no factor (age 0), with copies of the buffers and the new key
+    assert (new.size, new.age, new.key) == (-1, 0, ("new",))
+    np.testing.assert_array_equal(new.L, L)
+    np.testing.assert_array_equal(new.order, order)
+    assert not np.shares_memory(new.L, L) and not np.shares_memory(new.order, order)
+    # |F| = 0: the (empty) factor of the same free set, one update older
+    empty = simplex_mod._factor_rank_one(none._replace(size=0), np.ones(3), ("new",))
+    assert (empty.size, empty.age, empty.key) == (0, 6, ("new",))
+
+
+def test_factor_rank_one_takes_an_integer_update_vector():
+    A = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 2.0]])
+    order = np.array([2, 0, 1])
+    f = simplex_mod.QPFactor(np.zeros((3, 3)), order, 3, 0)
+    assert simplex_mod._chol_free(A, order, 3, f.L)
+    for w in ([1, 2, 3], np.array([1, 2, 3])):
+        new = simplex_mod._factor_rank_one(f, w, ())
+        np.testing.assert_array_equal(new.order, order)
+        assert not np.shares_memory(new.order, order)
+        want = np.linalg.cholesky((A + np.outer([1, 2, 3], [1, 2, 3]))[np.ix_(order, order)])
+        assert_close(np.tril(new.L), want)
+
+
+def ftrl_like_problem(k=12, seed=1):
+    """A positive definite αI + GGᵀ, b, and a rank-one update w: an AAgFF-S round's problems."""
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((k, 3))
+    A = 0.5 * np.eye(k) + G @ G.T
+    b = rng.standard_normal(k)
+    w = 0.3 * rng.standard_normal(k)
+    return A, b, w, A + np.outer(w, w), b + 0.1 * rng.standard_normal(k)
+
+
+def kept_solve(A, b, x0, factor):
+    return simplex_mod._solve_simplex_qp(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
+
+
+def assert_same_solution(res, cold):
+    np.testing.assert_allclose(res.x, cold.x, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(res.active_lower, cold.active_lower)
+    assert res.kkt_residual <= 1e-13
+
+
+def assert_factor_of(factor, A):
+    F = factor.order[: factor.size]
+    want = np.linalg.cholesky(A[np.ix_(F, F)])
+    assert_close(np.tril(factor.L[: factor.size, : factor.size]), want)
+
+
+def test_a_warm_solve_from_the_updated_factor_equals_the_cold_solve():
+    # Round t ends with the factor of A_FF; round t + 1 solves A + wwᵀ warm from round t's x and
+    # that factor, rank-one updated. Same answer as a cold solve; the factor is kept (its age
+    # grows, it is not recomputed) and ends as the factor of the new A_FF.
+    A, b, w, A2, b2 = ftrl_like_problem()
+    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(b.size))
+    assert_same_solution(res1, solve_simplex_qp(A, b))
+    assert f1.size == np.count_nonzero(~res1.active_lower)
+    assert_factor_of(f1, A)
+    start = simplex_mod._factor_rank_one(f1, w, ("round", 2))
+    assert start.age == f1.age + 1
+    res2, f2 = kept_solve(A2, b2, res1.x, start)
+    assert_same_solution(res2, solve_simplex_qp(A2, b2))
+    assert (f2.size, f2.key) == (np.count_nonzero(~res2.active_lower), ("round", 2))
+    assert f2.age > start.age  # updated again, never refactorised from scratch
+    assert_factor_of(f2, A2)
+
+
+def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch():
+    # A factor of the wrong matrix (the right one scaled by 1.01) leads the active-set method to a
+    # point with a large KKT residual; the solve is redone from scratch and gives the cold answer,
+    # with a fresh factor (age: only this solve's updates).
+    A, b, w, A2, b2 = ftrl_like_problem()
+    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(b.size))
+    start = simplex_mod._factor_rank_one(f1, w, ())
+    wrong = start._replace(L=1.01 * start.L)
+    k = b.size
+    args = (A2, b2, np.max(np.abs(A2)), np.zeros(k), np.full(k, np.inf), 1.0, res1.x, 1, True)
+    bad = simplex_mod._qp(*args, False, 1000, wrong.L.copy(), wrong.order.copy(), wrong.size, 0)
+    assert bad[4] == 0 and bad[5] > simplex_mod._KEPT_FACTOR_RESIDUAL
+    res, f = kept_solve(A2, b2, res1.x, wrong)
+    cold = solve_simplex_qp(A2, b2)
+    assert_same_solution(res, cold)
+    assert res.iterations == solve_simplex_qp(A2, b2, x0=res1.x).iterations
+    assert f.age < start.age
+    assert_factor_of(f, A2)
+
+
+def test_a_factor_of_another_size_is_not_used():
+    A, b, _, _, _ = ftrl_like_problem()
+    _, other = kept_solve(A[:5, :5], b[:5], None, simplex_mod._new_factor(5))
+    res, f = kept_solve(A, b, np.full(b.size, 1 / b.size), other)
+    assert_same_solution(res, solve_simplex_qp(A, b))
+    assert f.L.shape == (b.size, b.size)
+    assert_factor_of(f, A)
+
+
+def test_a_float32_warm_start_is_solved_in_float64():
+    A, b, _, _, _ = ftrl_like_problem()
+    x0 = np.full(b.size, 1 / b.size, dtype=np.float32)
+    res = solve_simplex_qp(A, b, x0=x0)
+    assert res.x.dtype == np.float64
+    np.testing.assert_array_equal(res.x, solve_simplex_qp(A, b, x0=x0.astype(np.float64)).x)
