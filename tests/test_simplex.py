@@ -1606,14 +1606,18 @@ def report_status(monkeypatch, status):
 def test_the_default_iteration_limit_is_20k_plus_100(monkeypatch):
     # Reaching the limit is not practical to provoke; the message names the limit that was used.
     report_status(monkeypatch, 1)
+    message = (
+        r"^the active-set method did not terminate in max_iter = {} iterations \(cycling on a "
+        r"degenerate problem\); raise max_iter or perturb the problem$"
+    )
     for solve in (
         lambda: solve_simplex_qp(np.eye(3), Z3),
         lambda: solve_simplex_qp(np.eye(3), Z3, x0=Y3),
         lambda: min_norm_weights(np.eye(3)),
     ):
-        with pytest.raises(RuntimeError, match=r"max_iter = 160 iterations \(cycling"):
+        with pytest.raises(RuntimeError, match=message.format(160)):
             solve()
-    with pytest.raises(RuntimeError, match=r"max_iter = 7 iterations \(cycling"):
+    with pytest.raises(RuntimeError, match=message.format(7)):
         min_norm_weights(np.eye(3), max_iter=7)
 
 
@@ -1806,3 +1810,62 @@ def test_a_float32_warm_start_is_solved_in_float64():
     res = solve_simplex_qp(A, b, x0=x0)
     assert res.x.dtype == np.float64
     np.testing.assert_array_equal(res.x, solve_simplex_qp(A, b, x0=x0.astype(np.float64)).x)
+
+
+def test_a_norm_projection_of_a_point_of_the_simplex_is_that_point_in_one_iteration():
+    # The method starts at y itself: a y already in the set is the answer at once, its zeros held
+    # exactly at the bound (a cold start reaches y through a solve that leaves ~1e-17 there).
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((5, 5))
+    A = M @ M.T + 0.1 * np.eye(5)
+    for y in ([0.25, 0.25, 0.5, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0, 0.0]):
+        res = a_norm_projection(np.array(y), A)
+        assert res.iterations == 1
+        np.testing.assert_array_equal(res.active_lower, [False, False, False, True, True])
+        np.testing.assert_array_equal(res.x[3:], 0.0)
+        assert_close(res.x, y)
+
+
+def test_check_box_returns_float64_and_reads_a_scalar_lower_bound():
+    lo, hi = check_box(np.float32([0.125, 0.25]), np.float32([0.5, np.inf]), 2)
+    assert lo.dtype == hi.dtype == np.float64
+    np.testing.assert_array_equal(lo, [0.125, 0.25])
+    np.testing.assert_array_equal(hi, [0.5, np.inf])
+    # lower = 1.0 with upper = inf (both floats) is a box, not the plain simplex
+    np.testing.assert_array_equal(check_box(1.0, np.inf, 2, 2.0)[0], [1.0, 1.0])
+    np.testing.assert_array_equal(
+        project_box_simplex([0.3, 0.2], lower=1.0, upper=np.inf, total=2.0), [1.0, 1.0]
+    )
+
+
+def test_the_box_slack_of_1e_12_is_inclusive():
+    # Σ lower = total·(1 + 1e-12) and Σ upper = total·(1 − 1e-12), to the last bit: still feasible
+    check_box([1 + 1e-12], np.inf, 1)
+    check_box(0.0, [1 - 1e-12], 1)
+
+
+def test_a_float32_matrix_is_solved_in_float64():
+    rng = np.random.default_rng(6)
+    M = rng.standard_normal((4, 4)).astype(np.float32)
+    A = M @ M.T + np.float32(0.5) * np.eye(4, dtype=np.float32)
+    b = np.array([0.3, -0.2, 0.1, 0.0])
+    res = solve_simplex_qp(A, b)
+    assert res.x.dtype == np.float64
+    np.testing.assert_array_equal(res.x, solve_simplex_qp(A.astype(np.float64), b).x)
+
+
+def test_the_symmetry_tolerance_is_1e_10_relative_to_max_abs_a():
+    for scale in (1e-6, 1.0, 1e6):
+        ok = scale * np.array([[1.0, 1e-10], [0.0, 1.0]])  # asymmetry 1e-10·max|A| exactly
+        solve_simplex_qp(ok, [0.0, 0.0])
+        bad = scale * np.array([[1.0, 4e-10], [0.0, 1.0]])
+        with pytest.raises(ValueError, match=r"^A must be symmetric; max \|A - A.T\| = "):
+            solve_simplex_qp(bad, [0.0, 0.0])
+
+
+def test_the_shapes_are_checked_before_the_finiteness_of_a():
+    A = np.full((2, 2), np.nan)
+    with pytest.raises(ValueError, match=r"^b must be 1-dimensional"):
+        solve_simplex_qp(A, np.zeros((2, 1)))
+    with pytest.raises(ValueError, match=r"^A must have shape \(3, 3\) to match b; got \(2, 2\)$"):
+        solve_simplex_qp(A, Z3)
