@@ -1775,23 +1775,33 @@ def test_a_warm_solve_from_the_updated_factor_equals_the_cold_solve():
     assert_factor_of(f2, A2)
 
 
-def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch():
-    # A factor of the wrong matrix (the right one scaled by 1.01) leads the active-set method to a
-    # point with a large KKT residual; the solve is redone from scratch and gives the cold answer,
-    # with a fresh factor (age: only this solve's updates).
+@pytest.mark.parametrize("start", ["previous", "off the simplex", "vertex"])
+def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch(start):
+    # A factor of the wrong matrix leads the active-set method to a point with a large KKT
+    # residual; the solve is redone from scratch, from the same start (any finite x0, projected
+    # first), and gives the cold answer with a fresh factor (age: only this solve's updates).
+    # Starts: the previous decision with its factor scaled by 1.01; that decision moved off the
+    # simplex (support + 0.1, zeros − 0.05: it projects back onto the same support); a vertex
+    # with a 1 × 1 factor three times too large.
     A, b, w, A2, b2 = ftrl_like_problem()
-    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(b.size))
-    start = simplex_mod._factor_rank_one(f1, w, ())
-    wrong = start._replace(L=1.01 * start.L)
     k = b.size
-    args = (A2, b2, np.max(np.abs(A2)), np.zeros(k), np.full(k, np.inf), 1.0, res1.x, 1, True)
+    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(k))
+    updated = simplex_mod._factor_rank_one(f1, w, ())
+    wrong, x0 = updated._replace(L=1.01 * updated.L), res1.x
+    if start == "off the simplex":
+        x0 = res1.x + 0.1 * (res1.x > 0) - 0.05 * (res1.x == 0)
+    elif start == "vertex":
+        x0, L, order = np.eye(k)[1], np.zeros((k, k)), np.arange(k)
+        L[0, 0], order[[0, 1]] = 3.0 * np.sqrt(A2[1, 1]), [1, 0]
+        wrong = simplex_mod.QPFactor(L, order, 1, 0)
+    args = (A2, b2, np.max(np.abs(A2)), np.zeros(k), np.full(k, np.inf), 1.0, x0, 1, True)
     bad = simplex_mod._qp(*args, False, 1000, wrong.L.copy(), wrong.order.copy(), wrong.size, 0)
     assert bad[4] == 0 and bad[5] > simplex_mod._KEPT_FACTOR_RESIDUAL
-    res, f = kept_solve(A2, b2, res1.x, wrong)
-    cold = solve_simplex_qp(A2, b2)
-    assert_same_solution(res, cold)
-    assert res.iterations == solve_simplex_qp(A2, b2, x0=res1.x).iterations
-    assert f.age < start.age
+    res, f = kept_solve(A2, b2, x0, wrong)
+    assert_same_solution(res, solve_simplex_qp(A2, b2))
+    assert res.iterations == solve_simplex_qp(A2, b2, x0=x0).iterations
+    if start != "vertex":
+        assert f.age < wrong.age
     assert_factor_of(f, A2)
 
 
