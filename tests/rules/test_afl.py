@@ -264,3 +264,137 @@ def test_bad_input_raises_naming_the_argument(call, exc, match):
 def test_an_overflowing_step_is_an_error_not_infinity():
     with pytest.raises(ValueError, match="AFL step overflowed"):
         afl_step(np.zeros(2), [[1e308, 0.0], [1e308, 0.0]], [1.0, 1.0], [0.5, 0.5], 10.0, 0.1)
+
+
+# --------------------------------------------------------------------------------------------
+# messages, dtypes and defaults (from mutation testing)
+# --------------------------------------------------------------------------------------------
+
+STEP_ARGS = dict(params=[0.0, 0.0], grads=np.eye(2), losses=[1.0, 2.0], mixture=[0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("change", "exc", "match"),
+    [
+        ({"params": np.zeros((2, 1))}, ValueError, r"params must be 1-dimensional; got shape"),
+        ({"params": np.zeros(2, dtype=np.int64)}, TypeError, r"params must be a floating-point"),
+        ({"grads": np.ones(2)}, ValueError, r"grads must be 2-dimensional; got shape \(2,\)"),
+        ({"grads": np.ones((0, 2))}, ValueError, r"grads must have at least 1 entry"),
+        ({"grads": np.ones((2, 2), dtype=np.int64)}, TypeError, r"grads must be a floating"),
+        ({"losses": [1.0, 2.0, 3.0]}, ValueError, r"losses must have shape \(2,\); got \(3,\)"),
+        ({"losses": [-1.0, 2.0]}, ValueError, r"losses must be non-negative; minimum is -1.0"),
+        ({"mixture": [0.5, 0.5, 0.0]}, ValueError, r"mixture must have shape \(2,\); got \(3,\)"),
+        ({"mixture": [0.7, 0.7]}, ValueError, r"mixture must"),
+        ({"mixture": np.array([1, 0])}, TypeError, r"mixture must be a floating-point"),
+        ({"lr": 0.0}, ValueError, r"lr must be > 0.0; got 0.0"),
+        ({"lambda_lr": 0.0}, ValueError, r"lambda_lr must be > 0.0; got 0.0"),
+        ({"lambda_lr": -0.5}, ValueError, r"lambda_lr must be > 0.0; got -0.5"),
+        ({"lambda_lr": "0.1"}, TypeError, r"lambda_lr must be a real number"),
+    ],
+)
+def test_afl_step_errors_name_the_argument_and_value(change, exc, match):
+    args = {**STEP_ARGS, "lr": 0.1, "lambda_lr": 0.1, **change}
+    with pytest.raises(exc, match=match):
+        afl_step(**args)
+
+
+def test_afl_step_mixture_off_the_simplex_is_named():
+    with pytest.raises(ValueError, match=r"^mixture") as info:
+        afl_step(**STEP_ARGS | {"mixture": [0.7, 0.7]}, lr=0.1, lambda_lr=0.1)
+    assert "XX" not in str(info.value)
+
+
+def test_afl_step_computes_in_float64_and_takes_integer_losses():
+    """float32 inputs are promoted: θ^{t+1} is float64 and equals the float64 step exactly;
+    integer losses are accepted (they are counts of nothing but numbers)."""
+    theta = np.array([1.0, 1.0], dtype=np.float32)
+    G = np.array([[0.1, 0.0], [0.0, 0.3]], dtype=np.float32)
+    lam = np.array([0.25, 0.75], dtype=np.float32)
+    got = afl_step(theta, G, np.array([1, 3]), lam, 0.1, 0.1)
+    want = afl_step(theta.astype(np.float64), G.astype(np.float64), [1.0, 3.0],
+                    lam.astype(np.float64), 0.1, 0.1)  # fmt: skip
+    assert got.params.dtype == got.mixture.dtype == np.float64
+    np.testing.assert_array_equal(got.params, want.params)
+    np.testing.assert_array_equal(got.mixture, want.mixture)
+
+
+def test_afl_step_overflow_in_inf_minus_inf_is_the_documented_error():
+    # Opposite overflowing terms give inf − inf = NaN: the ValueError, not a RuntimeWarning.
+    with pytest.raises(ValueError, match=r"^the AFL step overflowed float64: lr or grads"):
+        afl_step(np.zeros(1), [[1e308], [-1e308]], [1.0, 1.0], [0.5, 0.5], 10.0, 0.1)
+
+
+def test_afl_rule_hyperparameters_and_local_spec():
+    rule = afl(lr=0.3, lambda_lr=0.2, batch_size=4, backend="numba")
+    assert rule.hyperparams == {"lr": 0.3, "lambda_lr": 0.2, "batch_size": 4, "backend": "numba"}
+    assert rule.local.report == "gradients" and rule.local.gradient_batch_size == 4
+    assert afl(batch_size=1).hyperparams["batch_size"] == 1
+    assert afl().local.gradient_batch_size is None
+
+
+def test_afl_default_lambda_lr_is_0_01():
+    clients = federated_problem(8)
+    theta = np.zeros(MODEL.num_params)
+    r = reports_for(theta, clients, [0, 1, 2])
+    a = afl(lr=0.2).step(theta, r, afl().init(theta, 3))
+    b = afl(lr=0.2, lambda_lr=0.01).step(theta, r, afl().init(theta, 3))
+    np.testing.assert_array_equal(a.info["mixture"], b.info["mixture"])
+    assert afl().hyperparams["lambda_lr"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: afl(lr=-1.0), ValueError, r"lr must be > 0.0; got -1.0"),
+        (lambda: afl(lambda_lr=0.0), ValueError, r"lambda_lr must be > 0.0; got 0.0"),
+        (lambda: afl(batch_size=0), ValueError, r"batch_size must be >= 1; got 0"),
+        (lambda: afl().init(np.zeros((2, 2)), 2), ValueError, r"params must be 1-dimensional"),
+        (lambda: afl().init(np.zeros(2), 0), ValueError, r"num_clients must be >= 1; got 0"),
+        (lambda: afl().init(np.zeros(2), 2.0), TypeError, r"num_clients must be an integer"),
+        (lambda: afl().init(np.zeros(2), -3), ValueError, r"num_clients must be >= 1; got -3"),
+    ],
+)
+def test_afl_rule_errors_name_the_argument_and_value(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_afl_rule_state_and_params_errors():
+    clients = federated_problem(6)
+    theta = np.zeros(MODEL.num_params)
+    r = reports_for(theta, clients, [0, 1, 2])
+    with pytest.raises(TypeError, match=r"state must be the AFLState that afl's init returns"):
+        afl(lr=0.1).step(theta, r, None)
+    with pytest.raises(ValueError, match=r"params must be 1-dimensional"):
+        afl(lr=0.1).step(theta[None, :], r, afl().init(theta, 3))
+    with pytest.raises(ValueError, match=r"afl needs γ_w: build it with lr=\.\.\., or pass"):
+        afl().step(theta, r, afl().init(theta, 3))
+
+
+def test_afl_rule_keeps_float32_params_and_checks_reports_before_params():
+    clients = federated_problem(6)
+    theta = np.zeros(MODEL.num_params)
+    r = reports_for(theta, clients, [0, 1, 2])
+    agg = afl(lr=0.1).step(theta.astype(np.float32), r, afl().init(theta, 3))
+    ref = afl(lr=0.1).step(theta, r, afl().init(theta, 3))
+    assert agg.params.dtype == np.float32
+    np.testing.assert_array_equal(agg.params, ref.params.astype(np.float32))
+    # The new iterate is a new array, never the old one.
+    assert not np.shares_memory(agg.params, theta)
+    # The reports are checked before θ^t's values: a NaN θ with reports that lack losses names
+    # the losses; with complete reports it names params.
+    bad = theta.copy()
+    bad[0] = np.nan
+    with pytest.raises(ValueError, match="losses"):
+        afl(lr=0.1).step(bad, r._replace(losses=None), afl().init(theta, 3))
+    with pytest.raises(ValueError, match="params must be finite; got 1 NaN"):
+        afl(lr=0.1).step(bad, r, afl().init(theta, 3))
+
+
+def test_afl_rule_numba_backend_equals_numpy():
+    clients = federated_problem(6)
+    theta = np.zeros(MODEL.num_params)
+    r = reports_for(theta, clients, [0, 1, 2])
+    a = afl(lr=0.1).step(theta, r, afl().init(theta, 3))
+    b = afl(lr=0.1, backend="numba").step(theta, r, afl().init(theta, 3))
+    assert_close(b.params, a.params)

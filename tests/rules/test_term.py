@@ -170,3 +170,80 @@ def test_paper_variant_state_is_unchanged_and_rule_is_pure():
 def test_bad_input_raises_naming_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+# --------------------------------------------------------------------------------------------
+# messages, dtypes, defaults and the device path (from mutation testing)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: term_weights([1.0], "1"), TypeError, r"^tilt must be a real number"),
+        (lambda: term_weights([1.0], np.inf), ValueError, r"^tilt must be finite; got inf"),
+        (lambda: term_official_weights([1.0], np.nan, 0.0), ValueError, r"^tilt must be finite"),
+        (lambda: term_official_weights([1.0], 1.0, -1.0), ValueError,
+         r"^normaliser must be >= 0.0; got -1.0"),
+        (lambda: term_official_weights([0.0, 1000.0], -10.0, 0.0), ValueError,
+         r"^exp\(tilt·\(F_k − max F\)\) overflows for tilt = -10.0: a negative tilt this large "
+         r"needs the paper variant$"),
+        (lambda: term_weights(np.ones((2, 2)), 1.0), ValueError,
+         r"^losses must be 1-dimensional; got shape \(2, 2\)"),
+        (lambda: term_weights([], 1.0), ValueError, r"^losses must have at least 1 entry"),
+        (lambda: term_weights([1.0, -0.5], 1.0), ValueError,
+         r"^losses must be non-negative; minimum is -0.5"),
+        (lambda: term(weighting="n_k"), ValueError, r"^weighting must be one of 'samples'"),
+        (lambda: term(variant="fed"), ValueError, r"^variant must be one of 'paper', 'official'"),
+        (lambda: term().step(np.zeros(2), make_reports(np.ones((1, 2)), [1], losses=[1.0]), None),
+         TypeError, r"^state must be the TERMState that term's init returns"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_argument_and_value(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_integer_and_float32_losses_give_the_float64_weights():
+    F = np.array([0.1, 1.3, 2.7], dtype=np.float32)
+    want = term_weights(F.astype(np.float64), 0.3, [1, 2, 3])
+    np.testing.assert_array_equal(term_weights(F, 0.3, [1, 2, 3]), want)
+    w, S = term_official_weights(F, 0.3, 0.5)
+    w64, S64 = term_official_weights(F.astype(np.float64), 0.3, 0.5)
+    np.testing.assert_array_equal(w, w64)
+    assert S == S64
+    ints = np.array([0, 1, 3])
+    np.testing.assert_array_equal(term_weights(ints, 0.7), term_weights([0.0, 1.0, 3.0], 0.7))
+
+
+def test_default_tilt_is_1_and_hyperparameters_are_reported():
+    reports = make_reports(np.eye(3), [1, 2, 3], losses=[0.5, 1.0, 2.0])
+    a = term().step(np.zeros(3), reports, TERMState())
+    b = term(tilt=1.0, weighting="samples", variant="paper").step(np.zeros(3), reports, TERMState())
+    np.testing.assert_array_equal(a.info["weights"], b.info["weights"])
+    rule = term(tilt=0.5, weighting="uniform", variant="official", backend="numba")
+    assert rule.hyperparams == {
+        "tilt": 0.5,
+        "weighting": "uniform",
+        "variant": "official",
+        "backend": "numba",
+    }
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+def test_cuda_backend_takes_device_arrays(variant):
+    """On ``backend="cuda"`` θ and the updates may be device arrays: the new θ is one too and
+    equals the NumPy backend's."""
+    from numba import cuda
+
+    rng = np.random.default_rng(3)
+    theta, D = rng.normal(size=5), rng.normal(size=(3, 5))
+    reports = make_reports(D, [1, 2, 3], losses=[0.5, 1.0, 2.0])
+    ref = term(tilt=0.7, variant=variant).step(theta, reports, TERMState())
+    rule = term(tilt=0.7, variant=variant, backend="cuda")
+    d_reports = make_reports(cuda.to_device(D), [1, 2, 3], losses=[0.5, 1.0, 2.0])
+    agg = rule.step(cuda.to_device(theta), d_reports, TERMState())
+    assert not isinstance(agg.params, np.ndarray)
+    assert_close(agg.params.copy_to_host(), ref.params)
+    with pytest.raises(TypeError, match="backend='cuda'"):
+        term().step(cuda.to_device(theta), reports, TERMState())
