@@ -350,3 +350,78 @@ def test_counts_beyond_int64_are_a_clear_error(bad):
 def test_a_sequence_with_a_non_number_is_a_type_error_not_a_range_error():
     with pytest.raises(TypeError, match="num_samples must be an array of integers"):
         fedavg_weights([1, None])
+
+
+# --------------------------------------------------------------------------------------------
+# messages, dtypes and the device path (from mutation testing)
+# --------------------------------------------------------------------------------------------
+
+
+def test_fedavg_weights_sum_counts_in_float64_without_int64_overflow():
+    # 6e18 + 6e18 overflows int64: the sum is taken in float64.
+    np.testing.assert_array_equal(fedavg_weights([6 * 10**18, 6 * 10**18]), [0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: fedavg_weights([]), ValueError, r"^num_samples must hold at least one client$"),
+        (lambda: fairavg_weights(0), ValueError, r"^num_clients must be >= 1; got 0"),
+        (lambda: apply_weighted_update([np.nan, 0.0], [[np.nan, 1.0]], [1.0]), ValueError,
+         r"^params must be finite"),
+        (lambda: apply_weighted_update([0.0, 0.0], [[np.nan, 1.0]], [1.0]), ValueError,
+         r"^deltas must be finite"),
+        (lambda: apply_weighted_update([np.nan, 0.0], [[1.0, 1.0]], [1.0, 2.0]), ValueError,
+         r"^weights must have shape \(1,\)"),
+        (lambda: apply_weighted_update([0.0], np.full((2, 1), 1e308), [1.0, 1.0]), ValueError,
+         r"^the weighted update overflowed: weights or deltas are too large$"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_argument_and_value(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_apply_weighted_update_weights_in_float64_and_integer_arrays():
+    theta = np.array([1.0, 2.0], dtype=np.float32)
+    D = np.array([[0.1, 0.2], [0.3, 0.7]], dtype=np.float32)
+    w32 = np.array([1 / 3, 2 / 3], dtype=np.float32)
+    got = apply_weighted_update(theta, D, w32)
+    np.testing.assert_array_equal(got, apply_weighted_update(theta, D, w32.astype(np.float64)))
+    np.testing.assert_array_equal(
+        apply_weighted_update([0.0], [[1.0], [2.0]], np.array([1, 2])), [-5.0]
+    )
+
+
+def test_hyperparameters_report_the_backend():
+    assert fedavg(backend="numba").hyperparams == {"backend": "numba"}
+    assert fairavg().hyperparams == {"backend": "numpy"}
+
+
+def test_cuda_backend_takes_device_arrays_and_checks_them():
+    from numba import cuda
+
+    rng = np.random.default_rng(5)
+    theta, D = rng.normal(size=3), rng.normal(size=(2, 3))
+    want = theta - np.array([0.25, 0.75]) @ D
+    d_out = apply_weighted_update(cuda.to_device(theta), cuda.to_device(D), [0.25, 0.75],
+                                  backend="cuda")  # fmt: skip
+    assert_close(d_out.copy_to_host(), want)
+    agg = fedavg(backend="cuda").step(
+        cuda.to_device(theta), make_reports(cuda.to_device(D), [1, 3]), EmptyState()
+    )
+    assert_close(agg.params.copy_to_host(), want)
+    bad = [
+        (cuda.to_device(np.ones((2, 4))), ValueError, r"^deltas must have shape \(m, 3\); got"),
+        (cuda.to_device(np.ones(3)), ValueError, r"^deltas must be 2-D; got shape \(3,\)"),
+        (cuda.to_device(np.ones((0, 3))), ValueError, r"^deltas must have at least 1 rows"),
+    ]
+    for deltas, exc, match in bad:
+        with pytest.raises(exc, match=match):
+            apply_weighted_update(theta, deltas, [1.0], backend="cuda")
+    with pytest.raises(TypeError, match=r"^CUDA device arrays need backend='cuda'; got backend="):
+        apply_weighted_update(theta, cuda.to_device(D), [0.5, 0.5])
+    with pytest.raises(TypeError, match=r"^CUDA device arrays need backend='cuda'; got backend="):
+        apply_weighted_update(cuda.to_device(theta), D, [0.5, 0.5])
+    with pytest.raises(ValueError, match=r"^params must be 1-D; got shape \(1, 3\)"):
+        apply_weighted_update(cuda.to_device(theta[None, :]), D, [0.5, 0.5], backend="cuda")

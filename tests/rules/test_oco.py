@@ -541,3 +541,72 @@ def test_weight_functions_reject_bad_losses(fn, F):
 def test_unknown_backend_rejected(factory):
     with pytest.raises(ValueError, match="backend"):
         factory(backend="tpu")
+
+
+# --------------------------------------------------------------------------------------------
+# messages, dtypes and defaults (from mutation testing)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: eg_qffl_weights([1.0, 2.0, 3.0], [1, 1], 1.0), ValueError,
+         r"^losses must have shape \(2,\); got \(3,\)"),
+        (lambda: eg_qffl_weights([1.0, 2.0], [1, 1], -1.0), ValueError,
+         r"^q must be >= 0.0; got -1.0"),
+        (lambda: eg_qffl_weights([0.0, 0.0], [1, 1], 1.0), ValueError,
+         r"^losses are all zero: q-FedAvg's weights ∝ w_i F_i\^q are undefined for q > 0$"),
+        (lambda: eg_term_weights([1.0, 2.0], [1, 1], np.inf), ValueError,
+         r"^tilt must be finite; got inf"),
+        (lambda: eg_propfair_weights([0.0, 0.0], [1, 1], 0.0), ValueError,
+         r"^M must be > 0.0; got 0.0"),
+        (lambda: eg_propfair_weights([0.0, 0.0], [1, 1], -1.0), ValueError,
+         r"^M must be > 0.0; got -1.0"),
+        (lambda: qffl_eg(q=-1.0), ValueError, r"^q must be >= 0.0; got -1.0"),
+        (lambda: term_eg(tilt=np.nan), ValueError, r"^tilt must be finite; got nan"),
+        (lambda: propfair_eg(M=0.0), ValueError, r"^M must be > 0.0; got 0.0"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_argument_and_value(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_integer_and_float32_losses_give_the_float64_weights():
+    F32 = np.array([0.1, 1.3, 2.7], dtype=np.float32)
+    F64 = F32.astype(np.float64)
+    n = [1, 2, 3]
+    for fn, arg in ((eg_qffl_weights, 1.7), (eg_term_weights, 0.3), (eg_propfair_weights, 3.1)):
+        np.testing.assert_array_equal(fn(F32, n, arg), fn(F64, n, arg))
+        np.testing.assert_array_equal(fn(np.array([0, 1, 3]), n, arg), fn([0.0, 1.0, 3.0], n, arg))
+
+
+def test_small_positive_tilt_depends_only_on_loss_differences():
+    # λ ∈ (0, 1] is referred to max F as any λ > 0: r = λ(F − max F) keeps the gap of 16 between
+    # two huge losses exact, so p ∝ [0, 1, e^{−1.6}] (referring to min F would round λ(F − min F)
+    # at the scale of 1e16 and lose the gap).
+    p = eg_term_weights([0.5, 1e17 + 16, 1e17], [1, 1, 1], 0.1)
+    e = np.exp(-1.6)
+    assert_close(p, [0.0, 1 / (1 + e), e / (1 + e)])
+
+
+def test_a_small_M_is_fine_when_it_exceeds_every_loss():
+    assert_close(
+        eg_propfair_weights([0.1, 0.3], [1, 1], 0.5), closed_propfair([0.1, 0.3], [1, 1], 0.5)
+    )
+    rule = propfair_eg(M=0.5)
+    agg = rule.step(np.zeros(2), make_reports(np.eye(2), [1, 1], losses=[0.1, 0.3]), EmptyState())
+    assert_close(agg.info["weights"], closed_propfair([0.1, 0.3], [1, 1], 0.5))
+
+
+@pytest.mark.parametrize(
+    ("name", "arg", "documented"),
+    [("qffl-eg", "q", 1.0), ("term-eg", "tilt", 1.0), ("propfair-eg", "M", 10.0)],
+)
+def test_default_hyperparameters_are_documented(name, arg, documented):
+    reports = make_reports(ROUND_DELTAS, [1, 1, 2], losses=[1.0, 2.0, 4.0])
+    a = make_rule(name).step(ROUND_THETA, reports, EmptyState())
+    b = make_rule(name, **{arg: documented}).step(ROUND_THETA, reports, EmptyState())
+    np.testing.assert_array_equal(a.info["weights"], b.info["weights"])
+    assert make_rule(name).hyperparams == {arg: documented, "backend": "numpy"}

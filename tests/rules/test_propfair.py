@@ -65,3 +65,21 @@ def test_propfair_tends_to_fedavg_in_a_simulation():
         got = simulate(propfair(M=M), model, data, lr=0.01 * M, **kw).final_params
         errs.append(np.abs(got - base).max() / np.abs(base).max())
     assert errs[1] < errs[0] / 100 and errs[1] < 1e-4
+
+
+def test_defaults_are_the_documented_m_10_epsilon_0_2_no_huber():
+    rule = propfair()
+    assert rule.local == LocalSpec(propfair_m=10.0, propfair_epsilon=0.2, propfair_huber=False)
+    assert rule.hyperparams == {"M": 10.0, "epsilon": 0.2, "huber": False, "backend": "numpy"}
+
+
+def test_errors_are_the_full_messages():
+    reports = make_reports(np.ones((2, 2)), [1, 1], losses=[1.0, 6.5])
+    with pytest.raises(ValueError) as info:
+        propfair(M=5.0).step(np.zeros(2), reports, ())
+    assert str(info.value) == (
+        "losses must all be below PropFair's M = 5.0; got a loss of 6.5 (build the rule with a "
+        "larger M)"
+    )
+    with pytest.raises(TypeError, match=r"^huber must be a bool; got str$"):
+        propfair(huber="yes")

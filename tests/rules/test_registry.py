@@ -159,3 +159,14 @@ def test_step_without_the_state_from_init_is_a_type_error_naming_state(name):
     for wrong in (None, {}, ()):
         with pytest.raises(TypeError, match=r"state must be the .*call\s+rule\.init"):
             rule.step(theta, reports, wrong)
+
+
+def test_make_rule_errors_list_the_rules_and_the_hyperparameters():
+    with pytest.raises(ValueError) as info:
+        make_rule("fedprox")
+    assert str(info.value) == f"rule must be one of {', '.join(NAMES)}; got 'fedprox'"
+    with pytest.raises(ValueError) as info:
+        make_rule("term", x=1, y=2)
+    assert str(info.value) == (
+        "rule 'term' has no hyper-parameter 'x', 'y'; it takes tilt, weighting, variant, backend"
+    )
