@@ -838,3 +838,118 @@ def test_aaggff_aggregate_rejects_bad_input(p, selected, rows, match):
 
     with pytest.raises(ValueError, match=match):
         aaggff_aggregate(np.zeros(2), np.ones((rows, 2)), p, np.array(selected, dtype=int))
+
+
+# --------------------------------------------------------------------------------------------
+# messages, hyper-parameters, K = 1 and 2, small constants (from mutation testing)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: aaggff_s(cdf="x"), ValueError, r"^cdf must be one of 'weibull', 'exponential'"),
+        (lambda: aaggff_d(variant="x"), ValueError, r"^variant must be one of 'paper', 'official'"),
+        (lambda: aaggff_s(server_lr=-1.0), ValueError, r"^server_lr must be >= 0.0; got -1.0"),
+        (lambda: aaggff_d(server_lr=-1.0), ValueError, r"^server_lr must be >= 0.0; got -1.0"),
+        (lambda: aaggff_s(lipschitz=0.0), ValueError, r"^lipschitz must be > 0.0; got 0.0"),
+        (lambda: aaggff_d(lipschitz=0.0), ValueError, r"^lipschitz must be > 0.0; got 0.0"),
+        (lambda: aaggff_s(alpha=0.0), ValueError, r"^alpha must be > 0.0; got 0.0"),
+        (lambda: aaggff_s(beta=-1.0), ValueError, r"^beta must be >= 0.0; got -1.0"),
+        (lambda: aaggff_d(inclusion_probability=2.0), ValueError,
+         r"^inclusion_probability must be <= 1.0; got 2.0"),
+        (lambda: aaggff_s().init(np.zeros(2), 0), ValueError, r"^num_clients must be >= 1; got 0$"),
+        (lambda: aaggff_d().init(np.zeros(2), 0), ValueError, r"^num_clients must be >= 1; got 0$"),
+        (lambda: aaggff_s().step(np.zeros(2), None, None), TypeError,
+         r"^state must be the AAgFFSState that aaggff-s's init returns"),
+        (lambda: aaggff_d().step(np.zeros(2), None, None), TypeError,
+         r"^state must be the AAgFFDState that aaggff-d's init returns"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_argument_and_value(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("p", "selected", "rows", "server_lr", "exc", "match"),
+    [
+        (np.ones((2, 2)), [0], 1, 1.0, ValueError, r"^p must be 1-dimensional"),
+        ([], [0], 1, 1.0, ValueError, r"^p must have at least 1 entry"),
+        ([0.5, 0.5], np.array([[0]]), 1, 1.0, ValueError, r"^selected must be 1-dimensional"),
+        ([0.5, 0.5], [0.5], 1, 1.0, TypeError, r"^selected must hold integers"),
+        ([0.5, 0.5], [0], 1, -1.0, ValueError, r"^server_lr must be >= 0.0; got -1.0"),
+        ([0.5, -0.1, 0.6], [0, 1], 2, 1.0, ValueError, r"^p must be non-negative$"),
+        ([0.5, 0.5], [], 0, 1.0, ValueError, r"^selected must name at least one client$"),
+        ([0.5, 0.5], [1, 1], 2, 1.0, ValueError, r"^selected must be distinct$"),
+        ([0.0, 0.0, 1.0], [0, 1], 2, 1.0, ValueError,
+         r"^p must have a positive sum over the selected clients$"),
+    ],
+)  # fmt: skip
+def test_aaggff_aggregate_messages(p, selected, rows, server_lr, exc, match):
+    from fairagg.rules.aaggff import aaggff_aggregate
+
+    with pytest.raises(exc, match=match):
+        aaggff_aggregate(np.zeros(2), np.ones((rows, 2)), p, selected, server_lr)
+
+
+def test_aaggff_aggregate_one_client_and_a_list_of_deltas():
+    from fairagg.rules.aaggff import aaggff_aggregate
+
+    out = aaggff_aggregate(np.zeros(2), [[1.0, 2.0]], [0.3], [0])  # default η_s = 1
+    np.testing.assert_array_equal(out.weights, [1.0])
+    np.testing.assert_array_equal(out.params, [-1.0, -2.0])
+
+
+def test_hyperparameters_are_reported():
+    assert aaggff_s(cdf="gumbel", lipschitz=0.5, alpha=2.0, beta=0.5, variant="official",
+                    server_lr=0.5, backend="numba").hyperparams == {
+        "cdf": "gumbel", "lipschitz": 0.5, "alpha": 2.0, "beta": 0.5, "variant": "official",
+        "server_lr": 0.5, "backend": "numba",
+    }  # fmt: skip
+    assert aaggff_d(cdf="frechet", lipschitz=0.5, variant="official", inclusion_probability=0.5,
+                    server_lr=0.5, backend="numba").hyperparams == {
+        "cdf": "frechet", "lipschitz": 0.5, "variant": "official",
+        "inclusion_probability": 0.5, "server_lr": 0.5, "backend": "numba",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["aaggff-s", "aaggff-d"])
+def test_one_client_gets_all_the_weight(name):
+    rule = make_rule(name)
+    state = rule.init(np.zeros(2), 1)
+    agg = rule.step(np.zeros(2), make_reports([[1.0, 2.0]], [3], losses=[0.5]), state)
+    np.testing.assert_array_equal(agg.info["p"], [1.0])
+    np.testing.assert_array_equal(agg.params, [-1.0, -2.0])
+
+
+def test_aaggff_d_with_two_clients_moves_off_uniform():
+    rule = aaggff_d()
+    agg = rule.step(np.zeros(2), make_reports(np.eye(2), [1, 1], losses=[0.5, 2.0]),
+                    rule.init(np.zeros(2), 2))  # fmt: skip
+    assert agg.info["p"][1] > agg.info["p"][0]
+
+
+def test_small_lipschitz_alpha_and_beta_are_accepted():
+    theta, reports, K = _round("aaggff-s")
+    for kw in ({"lipschitz": 0.5}, {"alpha": 0.5}, {"beta": 0.5}):
+        rule = aaggff_s(**kw)
+        assert np.all(np.isfinite(rule.step(theta, reports, rule.init(theta, K)).params))
+    theta, reports, K = _round("aaggff-d")
+    rule = aaggff_d(lipschitz=0.5)
+    agg = rule.step(theta, reports, rule.init(theta, K))
+    r = aaggff_d(lipschitz=2.0 + 3 / 6).step(theta, reports, rule.init(theta, K))
+    assert not np.array_equal(agg.info["p"], r.info["p"])  # L∞ = 0.5 is used, not 2 + C
+
+
+@pytest.mark.parametrize("name", ["aaggff-s", "aaggff-d"])
+def test_cuda_backend_takes_device_arrays(name):
+    from numba import cuda
+
+    theta, reports, K = _round(name)
+    ref = make_rule(name).step(theta, reports, make_rule(name).init(theta, K))
+    rule = make_rule(name, backend="cuda")
+    d_reports = reports._replace(deltas=cuda.to_device(reports.deltas))
+    agg = rule.step(cuda.to_device(theta), d_reports, rule.init(theta, K))
+    assert not isinstance(agg.params, np.ndarray)
+    assert_close(agg.params.copy_to_host(), ref.params, scale=10.0)  # as the numba test above
