@@ -316,6 +316,10 @@ def test_afl_step_computes_in_float64_and_takes_integer_losses():
     assert got.params.dtype == got.mixture.dtype == np.float64
     np.testing.assert_array_equal(got.params, want.params)
     np.testing.assert_array_equal(got.mixture, want.mixture)
+    F32 = np.array([1.1, 3.3], dtype=np.float32)
+    got = afl_step(theta, G, F32, lam, 0.1, 0.3)
+    want = afl_step(theta, G, F32.astype(np.float64), lam, 0.1, 0.3)
+    np.testing.assert_array_equal(got.mixture, want.mixture)
 
 
 def test_afl_step_overflow_in_inf_minus_inf_is_the_documented_error():
@@ -367,7 +371,7 @@ def test_afl_rule_state_and_params_errors():
         afl(lr=0.1).step(theta, r, None)
     with pytest.raises(ValueError, match=r"params must be 1-dimensional"):
         afl(lr=0.1).step(theta[None, :], r, afl().init(theta, 3))
-    with pytest.raises(ValueError, match=r"afl needs γ_w: build it with lr=\.\.\., or pass"):
+    with pytest.raises(ValueError, match=r"^afl needs γ_w: build it with lr=\.\.\., or pass"):
         afl().step(theta, r, afl().init(theta, 3))
 
 

@@ -193,6 +193,7 @@ def test_bad_input_raises_naming_the_argument(call, exc, match):
         (lambda: term_weights([], 1.0), ValueError, r"^losses must have at least 1 entry"),
         (lambda: term_weights([1.0, -0.5], 1.0), ValueError,
          r"^losses must be non-negative; minimum is -0.5"),
+        (lambda: term(tilt=np.nan), ValueError, r"^tilt must be finite; got nan"),
         (lambda: term(weighting="n_k"), ValueError, r"^weighting must be one of 'samples'"),
         (lambda: term(variant="fed"), ValueError, r"^variant must be one of 'paper', 'official'"),
         (lambda: term().step(np.zeros(2), make_reports(np.ones((1, 2)), [1], losses=[1.0]), None),
