@@ -164,7 +164,7 @@ def test_step_without_the_state_from_init_is_a_type_error_naming_state(name):
 def test_make_rule_errors_list_the_rules_and_the_hyperparameters():
     with pytest.raises(ValueError) as info:
         make_rule("fedprox")
-    assert str(info.value) == f"rule must be one of {', '.join(NAMES)}; got 'fedprox'"
+    assert str(info.value) == f"name must be one of {', '.join(NAMES)}; got 'fedprox'"
     with pytest.raises(ValueError) as info:
         make_rule("term", x=1, y=2)
     assert str(info.value) == (
