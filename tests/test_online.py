@@ -36,6 +36,7 @@ from fairagg.online import (
     dr_response,
     entropic_ftrl,
     exponentiated_gradient,
+    official_first_decision,
     play_aaggff_d,
     play_aaggff_s,
     quadratic_ftrl_init,
@@ -47,6 +48,7 @@ from fairagg.online import (
     theorem1_bound,
     theorem2_bound,
 )
+from fairagg.simplex import solve_simplex_qp
 from tests.strategies import finite_floats
 from tests.tolerances import FINITE_DIFFERENCE, ORACLE_EXP_CONE, ORACLE_QP, assert_close
 
@@ -1014,3 +1016,509 @@ P_OK = np.full((3, 2), 0.5)
 def test_bad_input_raises_value_error_naming_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# Exact messages: the argument's name, the bound and the value given (and, where two arguments are
+# wrong, the one a user reads first).
+K3_STATE = quadratic_ftrl_init(3)
+G3 = np.array([-0.3, -0.1, -0.2])
+P3 = np.full(3, 1.0 / 3.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: entropic_ftrl([[1.0, 0.0]], 1.0), r"^grad_sum must be 1-dimensional"),
+        (lambda: entropic_ftrl([], 1.0), r"^grad_sum must have at least 1 entry"),
+        (lambda: entropic_ftrl([1.0, 0.0], 0.0, [0.6, 0.6]), r"^eta must be > 0.0; got 0.0$"),
+        (lambda: entropic_ftrl([1.0, 0.0], -1.0, [0.6, 0.6]), r"^eta must be > 0.0; got -1.0$"),
+        (lambda: entropic_ftrl([1.0, 0.0], 1.0, [0.6, 0.6]), r"^prior must sum to 1"),
+        (
+            lambda: entropic_ftrl([1.0, 0.0], 1.0, P3),
+            r"^prior must have shape \(2,\); got \(3,\)$",
+        ),
+        (lambda: aaggff_response([[1.0, 2.0]]), r"^losses must be 1-dimensional"),
+        (lambda: aaggff_response([]), r"^losses must have at least 1 entry"),
+        (lambda: aaggff_response([1.0, -0.5]), r"^losses must be non-negative; minimum is -0.5$"),
+        (
+            lambda: aaggff_response([1.0], cdf="cauchy"),
+            r"^cdf must be one of 'weibull', 'exponential', .*; got 'cauchy'$",
+        ),
+        (lambda: aaggff_response([1.0], scale=0.0), r"^scale must be > 0.0; got 0.0$"),
+        (
+            lambda: aaggff_response([1.0], variant="public"),
+            r"^variant must be one of 'paper', 'official'; got 'public'$",
+        ),
+        (
+            lambda: decision_loss([1.0, 0.0], [-1.0, 0.5]),
+            r"^the decision loss needs 1 \+ <p, r> > 0; got 0.0$",
+        ),
+        (
+            lambda: decision_gradient([1.0, 0.0], [-1.0, 0.5]),
+            r"^the decision loss needs 1 \+ <p, r> > 0; got 0.0$",
+        ),
+        (lambda: decision_loss([0.5, 0.5], [0.1]), r"^r must have shape \(2,\); got \(1,\)$"),
+        (
+            lambda: regret(P_OK[:, :1], R_OK),
+            r"^decisions must have shape \(3, 2\); got \(3, 1\)$",
+        ),
+        (lambda: cumulative_regret(P_OK, R_OK, [0.9, 0.9]), r"^comparator must sum to 1"),
+        (
+            lambda: cumulative_regret(P_OK, R_OK, P3),
+            r"^comparator must have shape \(2,\); got \(3,\)$",
+        ),
+        (lambda: dr_gradient([0.5, 0.5], [0.1], 0.1), r"^r_check must have shape \(2,\)"),
+        (lambda: dr_gradient([0.5, 0.5], [0.1, 0.1], np.inf), r"^r_bar must be finite"),
+        (
+            lambda: dr_gradient([0.5, 0.5], [0.1, 0.1], -1.0),
+            r"^dr_gradient needs 1 \+ r_bar \* sum\(p\) > 0; got 0.0$",
+        ),
+        (lambda: official_first_decision(0, 0.5), r"^num_clients must be >= 1; got 0$"),
+        (
+            lambda: official_first_decision(3, 0.0),
+            r"^inclusion_probability must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: official_first_decision(3, 1.5),
+            r"^inclusion_probability must be <= 1.0; got 1.5$",
+        ),
+        (lambda: theorem1_bound(0, 10, 1.0), r"^num_clients must be >= 1; got 0$"),
+        (lambda: theorem1_bound(2, -1, 1.0), r"^rounds must be >= 0; got -1$"),
+        (lambda: theorem1_bound(2, 10, 0.0), r"^lipschitz must be > 0.0; got 0.0$"),
+        (lambda: theorem2_bound(0, 10, 1.0), r"^num_clients must be >= 1; got 0$"),
+        (lambda: theorem2_bound(2, -1, 1.0), r"^rounds must be >= 0; got -1$"),
+        (lambda: theorem2_bound(2, 10, 0.0), r"^lipschitz must be > 0.0; got 0.0$"),
+        (
+            lambda: quadratic_ftrl_round(K3_STATE, G3, P3, 0.0, -1.0),
+            r"^alpha must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: quadratic_ftrl_round(K3_STATE, G3, P3, 1.0, -1.0, "cubic"),
+            r"^beta must be >= 0.0; got -1.0$",
+        ),
+        (lambda: aaggff_d_decision([[0.1, 0.2]], 1, 1.0), r"^grad_sum must be 1-dimensional"),
+        (lambda: aaggff_d_decision([], 1, 1.0), r"^grad_sum must have at least 1 entry"),
+        (lambda: aaggff_d_decision([0.1, 0.2], -1, 1.0), r"^rounds must be >= 0; got -1$"),
+        (lambda: aaggff_d_decision([0.1, 0.2], 1, 0.0), r"^lipschitz must be > 0.0; got 0.0$"),
+        (
+            lambda: play_aaggff_s(R_OK, variant="public"),
+            r"^variant must be one of 'paper', 'official'; got 'public'$",
+        ),
+        (
+            lambda: play_aaggff_d(R_OK, clients_per_round=0),
+            r"^clients_per_round must be >= 1; got 0$",
+        ),
+        (
+            lambda: play_aaggff_d(R_OK, clients_per_round=3),
+            r"^clients_per_round must be <= 2; got 3$",
+        ),
+        (
+            lambda: play_aaggff_d(R_OK, gradient="newton"),
+            r"^gradient must be one of 'linearized', 'exact'; got 'newton'$",
+        ),
+        (
+            lambda: play_aaggff_d(R_OK, clients_per_round=1, gradient="exact"),
+            r"^gradient='exact' needs full information \(clients_per_round = K\)$",
+        ),
+        (
+            lambda: play_aaggff_d(R_OK, variant="public"),
+            r"^variant must be one of 'paper', 'official'; got 'public'$",
+        ),
+        (lambda: dr_response([0.1], [0], 0), r"^num_clients must be >= 1; got 0$"),
+        (lambda: dr_response([0.1, 0.2], [-1, 0], 3), r"^selected must be >= 0; got minimum -1$"),
+        (lambda: dr_response([0.1], [0, 1], 3), r"^responses must have shape \(2,\); got \(1,\)$"),
+        (lambda: dr_response([], [], 3), r"^selected must hold at least one client$"),
+        (
+            lambda: dr_response([0.1, 0.2], [0, 3], 3),
+            r"^selected must hold indices below num_clients = 3; got 3$",
+        ),
+        (
+            lambda: dr_response([0.1, 0.2], [1, 1], 3),
+            r"^selected must hold distinct client indices$",
+        ),
+        (
+            lambda: dr_response([0.1], [0], 3, variant="loo"),
+            r"^variant must be one of 'paper', 'official', 'leave-one-out'; got 'loo'$",
+        ),
+        (
+            lambda: dr_response([0.1], [0], 3, variant="leave-one-out"),
+            r"^the leave-one-out baseline needs at least 2 selected clients$",
+        ),
+        (
+            lambda: dr_response([0.1], [0], 3, inclusion_probability=0.0),
+            r"^inclusion_probability must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: dr_response([0.1], [0], 3, inclusion_probability=-0.5),
+            r"^inclusion_probability must be > 0.0; got -0.5$",
+        ),
+        (
+            lambda: dr_response([0.1], [0], 3, inclusion_probability=1.5),
+            r"^inclusion_probability must be <= 1.0; got 1.5$",
+        ),
+        (lambda: best_fixed_decision([0.5, 0.5]), r"^responses must be 2-dimensional"),
+        (
+            lambda: best_fixed_decision(np.zeros((2, 0))),
+            r"^responses must have at least one column \(client\)$",
+        ),
+        (
+            lambda: best_fixed_decision([[0.5, 0.5], [-1.0, 0.0]]),
+            r"^responses must satisfy 1 \+ <p, r_t> > 0 on the whole simplex, i.e. every entry "
+            r"> -1$",
+        ),
+        (lambda: best_fixed_decision(R_OK, tol=0.0), r"^tol must be > 0.0; got 0.0$"),
+        (lambda: best_fixed_decision(R_OK, tol=-1.0), r"^tol must be > 0.0; got -1.0$"),
+        (lambda: best_fixed_decision(R_OK, max_iter=0), r"^max_iter must be >= 1; got 0$"),
+        (lambda: aaggff_s_defaults(0), r"^num_clients must be >= 1; got 0$"),
+        (lambda: aaggff_s_defaults(2, 0.0), r"^lipschitz must be > 0.0; got 0.0$"),
+        (lambda: aaggff_s_defaults(2, -1.0), r"^lipschitz must be > 0.0; got -1.0$"),
+        (lambda: quadratic_ftrl_init(0), r"^num_clients must be >= 1; got 0$"),
+        (
+            lambda: quadratic_ftrl_update(K3_STATE, [0.1, 0.2], P3),
+            r"^grad must have shape \(3,\); got \(2,\)$",
+        ),
+        (
+            lambda: quadratic_ftrl_update(K3_STATE, G3, [0.5, 0.5]),
+            r"^decision must have shape \(3,\); got \(2,\)$",
+        ),
+        (lambda: quadratic_ftrl_update(K3_STATE, G3, [0.5, 0.5, 0.5]), r"^decision must sum to 1"),
+        (
+            lambda: quadratic_ftrl_round(K3_STATE, G3, [0.5, 0.5], 1.0, 1.0),
+            r"^decision must have shape \(3,\); got \(2,\)$",
+        ),
+        (
+            lambda: quadratic_ftrl_problem(K3_STATE, 0.0, 1.0),
+            r"^alpha must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: quadratic_ftrl_problem(K3_STATE, -1.0, 1.0),
+            r"^alpha must be > 0.0; got -1.0$",
+        ),
+        (
+            lambda: quadratic_ftrl_problem(K3_STATE, 1.0, -1.0),
+            r"^beta must be >= 0.0; got -1.0$",
+        ),
+        (
+            lambda: quadratic_ftrl_problem(K3_STATE, 1.0, 1.0, "cubic"),
+            r"^variant must be one of 'paper', 'official'; got 'cubic'$",
+        ),
+        # No rounds: the arguments are still checked (nothing later would check them).
+        (
+            lambda: play_aaggff_d(np.zeros((0, 2)), lipschitz=0.0),
+            r"^lipschitz must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: play_aaggff_d(np.zeros((0, 2)), lipschitz=-1.0),
+            r"^lipschitz must be > 0.0; got -1.0$",
+        ),
+        (
+            lambda: play_aaggff_d(np.zeros((0, 2)), inclusion_probability=0.0),
+            r"^inclusion_probability must be > 0.0; got 0.0$",
+        ),
+        (
+            lambda: play_aaggff_d(np.zeros((0, 2)), inclusion_probability=-0.5),
+            r"^inclusion_probability must be > 0.0; got -0.5$",
+        ),
+        (
+            lambda: play_aaggff_d(np.zeros((0, 2)), inclusion_probability=1.5),
+            r"^inclusion_probability must be <= 1.0; got 1.5$",
+        ),
+    ],
+)
+def test_bad_input_message_names_the_argument_the_bound_and_the_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes, integer input and the public code's variants
+# --------------------------------------------------------------------------------------------
+
+
+def test_float32_and_integer_input_computed_in_float64():
+    # Every function converts to float64 first (integer arrays accepted): a float32 input gives
+    # the float64 result of its values, never a float32 computation (~1e-7 off).
+    p = np.array([0.25, 0.75])
+    r32 = np.array([0.1, 0.3], dtype=np.float32)
+    r64 = r32.astype(np.float64)
+    grad = decision_gradient(p, r32)
+    assert grad.dtype == np.float64
+    assert_close(grad, -r64 / (1.0 + p @ r64))
+    assert_close(decision_loss(p, np.array([1, 0])), -math.log(1.25))
+    assert_close(decision_gradient(p, np.array([1, 0])), [-0.8, 0.0])
+    out = dr_gradient(p, r32, 0.2)
+    assert out.dtype == np.float64
+    assert_close(out, dr_gradient(p, r64, 0.2))
+    assert_close(dr_gradient(p, np.array([1, 0]), 0.2), dr_gradient(p, [1.0, 0.0], 0.2))
+    F32 = np.array([0.3, 1.7, 0.9], dtype=np.float32)
+    resp = aaggff_response(F32, cdf="logistic")
+    assert resp.dtype == np.float64
+    assert_close(resp, aaggff_response(F32.astype(np.float64), cdf="logistic"))
+    assert_close(aaggff_response(np.array([0, 1, 3])), aaggff_response([0.0, 1.0, 3.0]))
+    G32 = np.array([0.3, -1.1, 0.7], dtype=np.float32)
+    d = aaggff_d_decision(G32, 4, 0.7)
+    assert d.dtype == np.float64
+    assert_close(d, aaggff_d_decision(G32.astype(np.float64), 4, 0.7))
+
+
+@pytest.mark.parametrize(("scale", "exponent"), [("huge", 1020), ("subnormal", -1070), ("unit", 0)])
+def test_aaggff_response_exact_at_any_loss_scale(scale, exponent):
+    # Losses 2^e·[1, 3, 0.5]: x = F/mean(F) is exactly [2/3, 2, 1/3] at every scale, near the
+    # largest float (the mean must not overflow) and among subnormals (nor lose digits).
+    F = np.ldexp(np.array([1.0, 3.0, 0.5]), exponent)
+    x = np.array([2.0, 6.0, 1.0]) / 3.0
+    for cdf in SCIPY_CDFS:
+        assert_close(aaggff_response(F, cdf=cdf, scale=0.5), 0.5 * SCIPY_CDFS[cdf](x))
+
+
+def test_official_normal_response_is_one_and_a_half_minus_phi():
+    # The public code's "normal CDF" ½(erfc((x − 1)/√2) + 1) = 1.5 − Φ(x − 1); the other five
+    # CDFs are the paper's in both variants.
+    F = [0.0, 1.0, 3.0]
+    x = np.array([0.0, 0.75, 2.25])
+    official = aaggff_response(F, cdf="normal", scale=0.3, variant="official")
+    assert_close(official, 0.3 * (1.5 - stats.norm(loc=1.0).cdf(x)))
+    assert_close(official, 0.3 * (0.5 + 0.5 * special.erfc((x - 1.0) / math.sqrt(2.0))))
+    for cdf in SCIPY_CDFS:
+        paper = aaggff_response(F, cdf=cdf, scale=0.3)
+        if cdf != "normal":
+            np.testing.assert_array_equal(
+                aaggff_response(F, cdf=cdf, scale=0.3, variant="official"), paper
+            )
+        np.testing.assert_array_equal(
+            aaggff_response(F, cdf=cdf, scale=0.3, variant="paper"), paper
+        )
+
+
+@pytest.mark.parametrize(("K", "C"), [(1, 1.0), (3, 0.25), (4, 1.0)])
+def test_official_first_decision_is_c_times_ones(K, C):
+    np.testing.assert_array_equal(official_first_decision(K, C), np.full(K, C))
+
+
+def test_theorem_bounds_with_one_client_or_no_rounds():
+    # Thm 1 at T = 0: 2 L K; K = 1 is allowed. Thm 2 at T = 0 (or K = 1): 0.
+    assert_close(theorem1_bound(1, 0, 0.5), 1.0)
+    assert_close(theorem1_bound(3, 0, 0.5), 3.0)
+    assert theorem2_bound(3, 0, 1.0) == 0.0
+    assert theorem2_bound(1, 0, 1.0) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# AAgFF-S: defaults, warm starts and the kept factor
+# --------------------------------------------------------------------------------------------
+
+
+def _ftrl_state_k4():
+    rng = np.random.default_rng(2)
+    state = quadratic_ftrl_init(4)
+    for _ in range(6):
+        state = quadratic_ftrl_update(state, -rng.uniform(0.0, 1.0, 4), rng.dirichlet(np.ones(4)))
+    return state
+
+
+def test_quadratic_ftrl_default_variant_is_paper():
+    state = _ftrl_state_k4()
+    paper = quadratic_ftrl_step(state, 0.5, 2.0, "paper").x
+    assert np.max(np.abs(paper - quadratic_ftrl_step(state, 0.5, 2.0, "official").x)) > 1e-3
+    np.testing.assert_array_equal(quadratic_ftrl_step(state, 0.5, 2.0).x, paper)
+    g, p = np.array([-0.5, -0.1, -0.2, -0.3]), np.full(4, 0.25)
+    paper_round = quadratic_ftrl_round(state, g, p, 0.5, 2.0, "paper").result.x
+    np.testing.assert_array_equal(quadratic_ftrl_round(state, g, p, 0.5, 2.0).result.x, paper_round)
+    assert (
+        np.max(
+            np.abs(paper_round - quadratic_ftrl_round(state, g, p, 0.5, 2.0, "official").result.x)
+        )
+        > 1e-3
+    )
+    R = np.random.default_rng(4).uniform(0.0, 0.25, (8, 4))
+    np.testing.assert_array_equal(play_aaggff_s(R), play_aaggff_s(R, variant="paper"))
+
+
+def test_quadratic_ftrl_step_warm_starts_from_x0():
+    # The step is solve_simplex_qp of (A, b) started at x0: same point, same active-set
+    # iterations (a vertex x0 needs more than the cold start).
+    state = _ftrl_state_k4()
+    A, b = quadratic_ftrl_problem(state, 0.5, 2.0)
+    for x0 in (None, np.eye(4)[0], np.full(4, 0.25)):
+        ours = quadratic_ftrl_step(state, 0.5, 2.0, x0=x0)
+        ref = solve_simplex_qp(A, b, x0=x0)
+        np.testing.assert_array_equal(ours.x, ref.x)
+        assert ours.iterations == ref.iterations
+    assert (
+        quadratic_ftrl_step(state, 0.5, 2.0, x0=np.eye(4)[0]).iterations
+        != quadratic_ftrl_step(state, 0.5, 2.0).iterations
+    )
+
+
+def test_quadratic_ftrl_numerically_degenerate_problem_raises_runtime_error():
+    # α = 1e-10 against β Σ g gᵀ ~ 1e30: positive definite in exact arithmetic, singular in
+    # floating point. The solver reports it (RuntimeError), and does not blame an "A" that the
+    # caller never passed (the Cholesky proof of definiteness is skipped: α > 0 makes A
+    # definite by construction).
+    K = 4
+    state = quadratic_ftrl_init(K)
+    g = np.array([1e10, -1e10, 3e9, 1.0])
+    for t in range(3):
+        state = quadratic_ftrl_update(state, g * (t + 1) + np.arange(K), np.full(K, 0.25))
+    with pytest.raises(RuntimeError, match="singular"):
+        quadratic_ftrl_step(state, 1e-10, 1e10, x0=np.full(K, 0.25))
+    with pytest.raises(RuntimeError, match="singular"):
+        quadratic_ftrl_round(quadratic_ftrl_init(K), g, np.full(K, 0.25), 1e-10, 1e10)
+
+
+def test_quadratic_ftrl_round_accepts_alpha_below_one():
+    state = _ftrl_state_k4()
+    g, p = np.array([-0.5, -0.1, -0.2, -0.3]), np.full(4, 0.25)
+    out = quadratic_ftrl_round(state, g, p, 0.5, 0.0)
+    ref = quadratic_ftrl_step(quadratic_ftrl_update(state, g, p), 0.5, 0.0, x0=p)
+    np.testing.assert_allclose(out.result.x, ref.x, rtol=0, atol=1e-14)
+
+
+def test_play_aaggff_s_is_the_round_loop_with_the_kept_factor():
+    # play_aaggff_s runs quadratic_ftrl_round and hands each round's Cholesky factor to the next
+    # (O(K²) a round): bit for bit that loop (a fresh factor each round differs by round-off).
+    K, T = 10, 80
+    R = np.random.default_rng(1).uniform(0.0, 1.0 / K, (T, K))
+    _, alpha, beta = aaggff_s_defaults(K)
+    state, p, factor, P = quadratic_ftrl_init(K), np.full(K, 1.0 / K), None, []
+    for t in range(T):
+        P.append(p)
+        g = -R[t] / (1.0 + p @ R[t])
+        state, res, factor = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", factor)
+        p = res.x
+    np.testing.assert_array_equal(play_aaggff_s(R), np.array(P))
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+def test_play_aaggff_s_uses_the_given_alpha_and_beta(variant):
+    K, T, alpha, beta = 4, 10, 0.7, 5.0
+    R = np.random.default_rng(6).uniform(0.0, 0.5, (T, K))
+    P = play_aaggff_s(R, alpha=alpha, beta=beta, variant=variant)
+    state = quadratic_ftrl_init(K)
+    for t in range(T - 1):
+        g = -R[t] / (1.0 + P[t] @ R[t])
+        played = P[t] if t > 0 else np.full(K, 1.0 / K)  # the official p¹ = 1 is off Δ
+        state = quadratic_ftrl_update(state, g, played)
+        np.testing.assert_allclose(
+            P[t + 1], quadratic_ftrl_step(state, alpha, beta, variant).x, rtol=0, atol=1e-14
+        )
+    assert np.max(np.abs(P - play_aaggff_s(R, variant=variant))) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# AAgFF-D player: a reimplementation from SPEC §5's formulas
+# --------------------------------------------------------------------------------------------
+
+
+def reference_play_aaggff_d(R, m, seed, C, L, variant):
+    """AAgFF-D from SPEC §5 written out: m of K clients drawn (sorted) from default_rng(seed)
+    without replacement each round, the doubly-robust ř, ĝ = −ř/D + (r̄⟨p, ř − r̄⟩/D²)·1 with
+    D = 1 + r̄ Σp (p¹ = C·1 is off the simplex in the official variant), then p ∝
+    exp(−√(log K) G / (L √(t+1)))."""
+    T, K = R.shape
+    rng = np.random.default_rng(seed)
+    p = np.full(K, C) if variant == "official" else np.full(K, 1.0 / K)
+    G, out = np.zeros(K), []
+    for t in range(T):
+        out.append(p)
+        S = np.sort(rng.choice(K, size=m, replace=False)) if m < K else np.arange(K)
+        rbar = R[t, S].mean()
+        r_check = np.full(K, rbar)
+        r_check[S] = (0.0 if variant == "official" else rbar) + (R[t, S] - rbar) / C
+        D = 1.0 + rbar * p.sum()
+        G += -r_check / D + rbar * (p @ (r_check - rbar)) / D**2
+        p = softmax(-math.sqrt(math.log(K)) * G / (L * math.sqrt(t + 2)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+@pytest.mark.parametrize(("m", "C"), [(5, None), (5, 0.6), (2, None), (2, 0.9)])
+def test_play_aaggff_d_equals_reference_with_default_lipschitz(variant, m, C):
+    # Defaults: C = m/K and L∞ = 2 + C.
+    K, T = 5, 12
+    R = np.random.default_rng(8).uniform(0.0, 0.6, (T, K))
+    c = m / K if C is None else C
+    ref = reference_play_aaggff_d(R, m, 0, c, 2.0 + c, variant)
+    ours = play_aaggff_d(R, clients_per_round=m, variant=variant, inclusion_probability=C)
+    assert_close(ours, ref)
+    # the default seed is 0
+    np.testing.assert_array_equal(
+        ours,
+        play_aaggff_d(R, clients_per_round=m, variant=variant, inclusion_probability=C, seed=0),
+    )
+
+
+def test_dr_response_with_a_given_inclusion_probability():
+    # K = 4, S = {1, 3}, r_S = [0.2, 0.6], C = 1/4 (not m/K): r̄ = 0.4; paper r̄ + 4(r_i − r̄) =
+    # [−0.4, 1.2]; official 4(r_i − r̄) = [−0.8, 0.8]; leave-one-out [0.6 + 4(−0.4), 0.2 + 4(0.4)].
+    r, S = np.array([0.2, 0.6]), np.array([1, 3])
+    out, rbar = dr_response(r, S, 4, inclusion_probability=0.25)
+    assert_close(rbar, 0.4)
+    assert_close(out, [0.4, -0.4, 0.4, 1.2])
+    official = dr_response(r, S, 4, inclusion_probability=0.25, variant="official")[0]
+    assert_close(official, [0.4, -0.8, 0.4, 0.8])
+    loo = dr_response(r, S, 4, inclusion_probability=0.25, variant="leave-one-out")[0]
+    assert_close(loo, [0.4, -1.0, 0.4, 1.8])
+    # C = 1 is allowed; integer responses and float32 are computed in float64.
+    assert_close(dr_response(r, S, 4, inclusion_probability=1.0)[0], [0.4, 0.2, 0.4, 0.6])
+    out32, rbar32 = dr_response(r.astype(np.float32), S, 4)
+    assert out32.dtype == np.float64
+    assert_close(out32, dr_response(r.astype(np.float32).astype(np.float64), S, 4)[0])
+    assert_close(rbar32, float(np.float64(np.float32(0.2)) + np.float64(np.float32(0.6))) / 2)
+    assert_close(dr_response(np.array([0, 2]), S, 4)[0], [1.0, -1.0, 1.0, 3.0])
+    np.testing.assert_array_equal(dr_response([0.3], [0], 1)[0], [0.3])
+
+
+def test_aaggff_s_defaults_and_init_for_one_client():
+    assert_close(aaggff_s_defaults(1), (1.0, 4.0, 0.25))
+    assert_close(aaggff_s_defaults(1, 0.5), (0.5, 2.0, 0.5))
+    state = quadratic_ftrl_init(1)
+    np.testing.assert_array_equal(state.grad_sum, [0.0])
+    np.testing.assert_array_equal(state.outer_sum, [[0.0]])
+    np.testing.assert_array_equal(state.cross_sum, [0.0])
+    assert state.rounds == 0
+
+
+def test_quadratic_ftrl_update_sums_by_hand():
+    # g = [1, −2], p = [1/4, 3/4]: ⟨g, p⟩ = −5/4; twice.
+    state = quadratic_ftrl_init(2)
+    for _ in range(2):
+        state = quadratic_ftrl_update(state, np.array([1, -2]), [0.25, 0.75])
+    np.testing.assert_array_equal(state.grad_sum, [2.0, -4.0])
+    np.testing.assert_array_equal(state.outer_sum, [[2.0, -4.0], [-4.0, 8.0]])
+    np.testing.assert_array_equal(state.cross_sum, [-2.5, 5.0])
+    assert state.rounds == 2
+    assert state.grad_sum.dtype == np.float64
+    # β = 0 is allowed: A = αI, b = Σg (paper); official A = αI too.
+    A, b = quadratic_ftrl_problem(state, 0.5, 0.0)
+    np.testing.assert_array_equal(A, 0.5 * np.eye(2))
+    np.testing.assert_array_equal(b, [2.0, -4.0])
+    A, b = quadratic_ftrl_problem(state, 0.5, 2.0, "official")
+    np.testing.assert_array_equal(A, [[5.5, -8.0], [-8.0, 17.5]])
+    np.testing.assert_array_equal(b, [2.0, -4.0])
+    A, b = quadratic_ftrl_problem(state, 0.5, 2.0)
+    np.testing.assert_array_equal(A, [[4.5, -8.0], [-8.0, 16.5]])
+    np.testing.assert_array_equal(b, [7.0, -14.0])
+
+
+def test_best_fixed_decision_defaults_and_iteration_limit():
+    R = NON_CONVERGING_RESPONSES["random-10x2"]
+    best = best_fixed_decision(R)
+    explicit = best_fixed_decision(R, tol=1e-13, max_iter=100)
+    np.testing.assert_array_equal(best.p, explicit.p)
+    assert (best.value, best.gap, best.iterations) == (
+        explicit.value,
+        explicit.gap,
+        explicit.iterations,
+    )
+    loose = best_fixed_decision(R, tol=1e-3)
+    assert loose.iterations < best.iterations
+    with pytest.raises(
+        RuntimeError,
+        match=r"^best_fixed_decision did not converge: gap \S+ after 1 steps \(raise max_iter or "
+        r"tol\)$",
+    ):
+        best_fixed_decision(R, max_iter=1)
+    # integer responses are accepted
+    int_best = best_fixed_decision(np.array([[1, 0], [0, 1]]))
+    assert_close(int_best.value, 2 * math.log(1.5))
