@@ -1522,3 +1522,17 @@ def test_best_fixed_decision_defaults_and_iteration_limit():
     # integer responses are accepted
     int_best = best_fixed_decision(np.array([[1, 0], [0, 1]]))
     assert_close(int_best.value, 2 * math.log(1.5))
+
+
+def test_quadratic_ftrl_round_factor_holds_no_stale_memory():
+    # The factor lives in the rule's state, which is copied and compared: its unused entries are
+    # zeros, never whatever the memory held before (here: NaN arrays just freed).
+    K = 8
+    _, alpha, beta = aaggff_s_defaults(K)
+    g = -np.linspace(0.1, 0.2, K)
+    g[0] = -5.0
+    junk = [np.full((K, K), np.nan) for _ in range(20)]
+    del junk
+    L = quadratic_ftrl_round(quadratic_ftrl_init(K), g, np.full(K, 1.0 / K), alpha, beta).factor.L
+    assert np.all(np.isfinite(L))
+    np.testing.assert_array_equal(np.triu(L, 1), 0.0)
