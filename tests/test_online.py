@@ -1536,3 +1536,39 @@ def test_quadratic_ftrl_round_factor_holds_no_stale_memory():
     L = quadratic_ftrl_round(quadratic_ftrl_init(K), g, np.full(K, 1.0 / K), alpha, beta).factor.L
     assert np.all(np.isfinite(L))
     np.testing.assert_array_equal(np.triu(L, 1), 0.0)
+
+
+def test_best_fixed_decision_stalled_run_uses_all_default_iterations():
+    # Responses up to 1e3 on 10 rounds: the method stalls at working precision with a gap within
+    # 1e3 of the target, so it runs to the limit: 100 iterations by default, 101 when allowed.
+    R = np.maximum(np.random.default_rng(0).uniform(-1.0, 1.0, (10, 3)) * 1000.0, -0.999)
+    best = best_fixed_decision(R)
+    assert best.iterations == 100
+    assert best.iterations == best_fixed_decision(R, tol=1e-13, max_iter=100).iterations
+    assert best_fixed_decision(R, max_iter=101).iterations == 101
+
+
+def test_best_fixed_decision_iterations_of_closed_cases():
+    # One round: the best vertex (not the uniform start). No rounds, one client, or an optimal
+    # uniform start: no proximal-Newton step, iterations == 0.
+    one = best_fixed_decision([[1.0, 0.0, 0.5]])
+    assert_close(one.p, [1.0, 0.0, 0.0])
+    assert_close(one.value, math.log(2.0))
+    assert one.iterations >= 1
+    for R in (np.zeros((0, 3)), np.array([[0.5], [-0.25]]), np.eye(2)):
+        assert best_fixed_decision(R).iterations == 0
+
+
+def test_decisions_checked_in_float64_and_integers_accepted():
+    # float32 [0.1, 0.9] sums to exactly 1 in float32, but its values sum to 1 − 2.2e-8: not a
+    # point of the simplex to 1e-9. Integer vertices are decisions.
+    R = np.array([[0.5, 0.25], [0.0, 1.0]])
+    P32 = np.array([[0.1, 0.9], [0.5, 0.5]], dtype=np.float32)
+    msg = r"^decisions must hold points of the simplex \(non-negative rows summing to 1\)$"
+    with pytest.raises(ValueError, match=msg):
+        regret(P32, R, [0.5, 0.5])
+    with pytest.raises(ValueError, match=msg):
+        cumulative_regret(P32, R, [0.5, 0.5])
+    P = np.array([[1, 0], [0, 1]])
+    assert_close(regret(P, R, [1.0, 0.0]), -math.log(1.5) - math.log(2.0) + math.log(1.5))
+    assert_close(cumulative_regret(P, R, [1.0, 0.0]), [0.0, -math.log(2.0)])
