@@ -1572,3 +1572,18 @@ def test_decisions_checked_in_float64_and_integers_accepted():
     P = np.array([[1, 0], [0, 1]])
     assert_close(regret(P, R, [1.0, 0.0]), -math.log(1.5) - math.log(2.0) + math.log(1.5))
     assert_close(cumulative_regret(P, R, [1.0, 0.0]), [0.0, -math.log(2.0)])
+
+
+def test_best_fixed_decision_tol_is_relative_to_max_of_one_and_value():
+    # Uniform start. R = 20 rounds of [2, 0]: f = 20 log 2 ≈ 13.9, ∇f = [20, 0], gap 10 ≤ 1·13.9:
+    # stop at once. R = [[0.5, 0]]: f = log 1.25 < 1, ∇f = [0.4, 0], gap 0.2: tol 0.25 stops at
+    # once (0.2 ≤ 0.25 · 1), tol 0.15 does not.
+    big = best_fixed_decision(np.tile([2.0, 0.0], (20, 1)), tol=1.0)
+    assert big.iterations == 0
+    assert_close(big.p, [0.5, 0.5])
+    assert_close(big.gap, 10.0)
+    assert_close(big.value, 20 * math.log(2.0), scale=20)
+    small = [[0.5, 0.0]]
+    assert best_fixed_decision(small, tol=0.25).iterations == 0
+    assert_close(best_fixed_decision(small, tol=0.25).gap, 0.2)
+    assert best_fixed_decision(small, tol=0.15).iterations >= 1
