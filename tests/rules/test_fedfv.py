@@ -545,3 +545,154 @@ def test_bad_round_input_raises_naming_the_argument():
         fedfv_direction(D, [0.0, 1.0], history=ok, round_index=1, client_ids=[0, 1])
     with pytest.raises(ValueError, match="history.rounds"):
         fedfv_direction(D, [0.0, 1.0], history=ok._replace(rounds=np.array([0, 0])), round_index=1)
+
+
+def test_rule_defaults_and_hyperparameters():
+    """The documented defaults: α = 0.1, τ = 1, loss order, the paper's window, seed 0, the Gram
+    method with rescaling, on NumPy; every hyper-parameter is reported under its own name."""
+    rule = fedfv()
+    assert rule.name == "fedfv"
+    assert dict(rule.hyperparams) == {
+        "alpha": 0.1,
+        "tau": 1,
+        "order": "loss",
+        "variant": "paper",
+        "seed": 0,
+        "method": "gram",
+        "rescale": True,
+        "backend": "numpy",
+    }
+    kw = dict(alpha=0.5, tau=2, order="random", variant="flgo", seed=3, method="vector")
+    assert dict(fedfv(rescale=False, **kw).hyperparams) == {
+        **kw,
+        "rescale": False,
+        "backend": "numpy",
+    }
+
+
+def _round_with_conflicts(dtype=np.float64):
+    rng = np.random.default_rng(11)
+    D = rng.normal(size=(4, 50)).astype(dtype)
+    return D, rng.random(4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "defaults"),
+    [
+        ({"order": "random", "seed": 5}, {"order": "random", "seed": 0}),
+        ({"method": "vector"}, {"method": "gram"}),
+        ({"rescale": False}, {"rescale": True}),
+        ({"backend": "numba"}, {"backend": "numpy"}),
+    ],
+)
+def test_rule_passes_each_hyperparameter_to_the_direction(kwargs, defaults):
+    """The rule's step is fedfv_direction with the rule's seed, method, rescaling and backend,
+    bit for bit; on this round each of them changes the result from its default's."""
+    D, losses = _round_with_conflicts()
+    rule = fedfv(alpha=0.0, tau=0, **kwargs)
+    theta = np.zeros(D.shape[1])
+    agg = rule.step(theta, reports(D, losses, [0, 1, 2, 3], 4), rule.init(theta, 4))
+    want = fedfv_direction(D, losses, alpha=0.0, **kwargs)
+    np.testing.assert_array_equal(agg.params, -want.direction)
+    default = fedfv_direction(D, losses, alpha=0.0, **defaults)
+    assert not np.array_equal(want.direction, default.direction)
+
+
+@pytest.mark.parametrize(
+    ("params_dtype", "deltas_dtype"),
+    [(np.float32, np.float32), (np.float64, np.float32), (np.float32, np.float64)],
+)
+def test_rule_result_has_the_promoted_dtype_of_params_and_deltas(params_dtype, deltas_dtype):
+    D, losses = _round_with_conflicts(deltas_dtype)
+    theta = np.zeros(D.shape[1], dtype=params_dtype)
+    rule = fedfv()
+    agg = rule.step(theta, reports(D, losses, [0, 1, 2, 3], 4), rule.init(theta, 4))
+    assert agg.params.dtype == np.result_type(params_dtype, deltas_dtype)
+
+
+def test_rule_state_history_is_int64_and_read_only():
+    D, losses = _round_with_conflicts()
+    theta = np.zeros(D.shape[1])
+    rule = fedfv(tau=2)
+    state = rule.init(theta, 6)
+    assert state.history.rounds.dtype == np.int64 and state.history.client_ids.dtype == np.int64
+    assert state.history.updates.shape == (0, D.shape[1])
+    for _ in range(2):
+        agg = rule.step(theta, reports(D, losses, [0, 1, 2, 3], 6), state)
+        state = agg.state
+    h = state.history
+    assert h.rounds.dtype == np.int64 and h.client_ids.dtype == np.int64
+    assert h.updates.dtype == np.float64 and h.updates.shape == (4, D.shape[1])
+    for a in h:
+        assert not a.flags.writeable
+
+
+def test_rule_init_reads_only_the_shape_of_params():
+    """init builds an empty history of params' length; it does not read the values."""
+    rule = fedfv()
+    state = rule.init(np.full(3, np.nan), 2)
+    assert state.num_clients == 2 and state.rounds == 0 and state.history.updates.shape == (0, 3)
+
+
+def test_rule_checks_reports_before_the_values_of_params():
+    """A round without the losses the loss order needs is refused as such, whatever params."""
+    rule = fedfv()
+    state = rule.init(np.zeros(2), 2)
+    with pytest.raises(ValueError, match=r"this rule needs reports\.losses"):
+        rule.step(np.full(2, np.nan), make_reports(np.eye(2), [1, 1]), state)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: fedfv(alpha=2.0), ValueError, r"^alpha must be <= 1\.0; got 2\.0$"),
+        (lambda: fedfv(tau=-1), ValueError, r"^tau must be >= 0; got -1$"),
+        (lambda: fedfv(order="size"), ValueError, r"^order must be one of"),
+        (lambda: fedfv(variant="x"), ValueError, r"^variant must be one of"),
+        (lambda: fedfv(method="fast"), ValueError, r"^method must be one of"),
+        (lambda: fedfv(seed=-2), ValueError, r"^seed must be >= 0; got -2$"),
+        (lambda: fedfv(rescale=1), TypeError, r"^rescale must be a bool; got int$"),
+        (
+            lambda: fedfv(method="vector", backend="numba"),
+            ValueError,
+            r"^backend='numba' needs method='gram'",
+        ),
+        (lambda: fedfv().init(np.zeros((2, 2)), 2), ValueError, r"^params must be 1-dim"),
+        (lambda: fedfv().init(np.zeros(2), 0), ValueError, r"^num_clients must be >= 1; got 0$"),
+        (
+            lambda: fedfv().step(np.zeros(2), reports(np.eye(2), [0, 1], [0, 1], 2), ()),
+            TypeError,
+            r"^state must be the FedFVState that fedfv's init returns",
+        ),
+        (
+            lambda: fedfv().step(
+                np.zeros((1, 2)),
+                reports(np.eye(2), [0, 1], [0, 1], 2),
+                fedfv().init(np.zeros(2), 2),
+            ),
+            ValueError,
+            r"^params must be 1-dim",
+        ),
+        (
+            lambda: fedfv().step(
+                np.array([np.nan, 0.0]),
+                reports(np.eye(2), [0, 1], [0, 1], 2),
+                fedfv().init(np.zeros(2), 2),
+            ),
+            ValueError,
+            r"^params must be finite",
+        ),
+        (
+            lambda: fedfv(tau=0).step(
+                np.array([-1.5e308, 0.0]),
+                reports(np.array([[1e308, 0.0]]), [1.0], [0], 1),
+                fedfv().init(np.zeros(2), 1),
+            ),
+            ValueError,
+            r"^params minus the FedFV step overflows float64 \(both are near 1\.8e308 in",
+        ),
+    ],
+)
+def test_rule_errors_name_the_argument_and_the_bound(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

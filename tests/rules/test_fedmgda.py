@@ -121,6 +121,49 @@ def test_server_lr_scales_the_step():
     assert_close(b.params, 0.25 * a.params)
 
 
+def test_rule_defaults_hyperparameters_and_info():
+    """Documented defaults ε = 0.1, η = 1 on NumPy; info holds a_k, λ* and ‖Σ λ*_k ĝ_k‖."""
+    rule = fedmgda()
+    assert rule.name == "fedmgda"
+    assert dict(rule.hyperparams) == {"epsilon": 0.1, "server_lr": 1.0, "backend": "numpy"}
+    assert dict(fedmgda(epsilon=0.5, server_lr=0.2).hyperparams) == {
+        "epsilon": 0.5,
+        "server_lr": 0.2,
+        "backend": "numpy",
+    }
+    D = np.array([[1.0, 0.0], [-2.0, 0.0]])
+    agg = rule.step(np.zeros(2), make_reports(D, [4, 1]), ())
+    res = fedmgda_weights(D, [4, 1], 0.1)
+    assert_close(res.mixture, [0.7, 0.3])  # ε = 0.1 around [0.8, 0.2] (test_hand_cases)
+    assert set(agg.info) == {"weights", "mixture", "min_norm"}
+    np.testing.assert_array_equal(agg.info["weights"], res.weights)
+    np.testing.assert_array_equal(agg.info["mixture"], res.mixture)
+    assert agg.info["min_norm"] == res.min_norm
+
+
+def test_rule_passes_its_backend_to_the_weights():
+    # The numba Gram matrix sums in another order: on this round the weights differ in the last
+    # bits from NumPy's, and the rule's are the numba ones exactly.
+    rng = np.random.default_rng(0)
+    D, n = rng.normal(size=(4, 300)), [1, 2, 3, 4]
+    agg = fedmgda(epsilon=0.3, backend="numba").step(np.zeros(300), make_reports(D, n), ())
+    want = fedmgda_weights(D, n, 0.3, backend="numba").weights
+    np.testing.assert_array_equal(agg.info["weights"], want)
+    assert not np.array_equal(want, fedmgda_weights(D, n, 0.3).weights)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: fedmgda(epsilon=-0.1), ValueError, r"^epsilon must be >= 0\.0; got -0\.1$"),
+        (lambda: fedmgda(server_lr=-1.0), ValueError, r"^server_lr must be >= 0\.0; got -1\.0$"),
+    ],
+)
+def test_rule_errors_name_the_argument_and_the_bound(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
 @pytest.mark.parametrize(
     ("call", "exc", "match"),
     [

@@ -135,6 +135,40 @@ def test_qffl_objective():
     assert_close(qffl_objective([0.5], 999.0), 2.0**-1000 / 1000, scale=1e2)  # log form: 1e-10
 
 
+def test_qffl_objective_zero_weights_and_low_losses_are_valid():
+    # A zero loss, losses below 1 and a zero weight are all allowed (F ≥ 0, p ≥ 0).
+    assert_close(qffl_objective([0.0, 0.5], 1.0), 0.25 / 2 / 2)
+    assert_close(qffl_objective([1.0, 3.0], 1.0, weights=[0.0, 0.5]), 9 / 2)
+    # Weights summing to less than 1 are normalised, not refused.
+    assert_close(qffl_objective([1.0, 3.0], 1.0, weights=[0.25, 0.5]), (1 + 18) / 3 / 2)
+
+
+def test_qffl_objective_computes_in_float64_from_any_input_dtype():
+    # float32 and integer inputs are read as float64: the result equals the float64 call exactly.
+    F32, p32 = np.array([0.1, 0.7], dtype=np.float32), np.array([1.0, 2.0], dtype=np.float32)
+    want = qffl_objective(F32.astype(np.float64), 1.0, weights=p32.astype(np.float64))
+    assert qffl_objective(F32, 1.0, weights=p32) == want
+    assert qffl_objective(np.array([1, 3]), 1.0, weights=np.array([3, 1])) == qffl_objective(
+        [1.0, 3.0], 1.0, weights=[3.0, 1.0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("losses", "weights", "match"),
+    [
+        ([], None, r"losses must have at least 1 entry"),
+        ([[1.0, 2.0]], None, r"losses must be 1-dimensional"),
+        ([1.0, -1.0], None, r"losses must be non-negative; minimum is -1\.0"),
+        ([1.0, 2.0], [1.0, 2.0, 3.0], r"weights must have shape \(2,\)"),
+        ([1.0, 2.0], [-1.0, 3.0], r"^weights must be non-negative with a positive sum$"),
+        ([1.0, 2.0], [0.0, 0.0], r"^weights must be non-negative with a positive sum$"),
+    ],
+)
+def test_qffl_objective_rejects_bad_input(losses, weights, match):
+    with pytest.raises(ValueError, match=match):
+        qffl_objective(losses, 1.0, weights=weights)
+
+
 @given(
     d=st.integers(1, 4),
     seed=st.integers(0, 2**32 - 1),
@@ -153,6 +187,31 @@ def test_lemma_12_bounds_the_hessian_of_a_quadratic_loss(d, seed, q):
     L = np.linalg.eigvalsh(H)[-1]
     bound = lipschitz_q(f, float(g @ g), L, q)
     assert np.linalg.eigvalsh(hess)[-1] <= bound * (1 + 1e-12)
+
+
+def test_lemma_12_at_zero_loss_for_q_of_at_least_one():
+    # f = 0: q = 1 gives L·0 + 1·0⁰·‖∇f‖² = ‖∇f‖²; q > 1 gives 0 (only 0 < q < 1 is refused).
+    assert lipschitz_q(0.0, 2.0, 3.0, 1.0) == 2.0
+    assert lipschitz_q(0.0, 2.0, 3.0, 1.5) == 0.0
+    assert lipschitz_q(0.0, 2.0, 3.0, 0.0) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((-1.0, 1.0, 1.0, 1.0), r"^loss must be >= 0\.0; got -1\.0$"),
+        ((1.0, -1.0, 1.0, 1.0), r"^grad_norm_sq must be >= 0\.0; got -1\.0$"),
+        ((1.0, 1.0, 0.0, 1.0), r"^L must be > 0\.0; got 0\.0$"),
+        ((1.0, 1.0, 1.0, -1.0), r"^q must be >= 0\.0; got -1\.0$"),
+        (
+            (0.0, 1.0, 1.0, 0.5),
+            r"^loss must be positive for 0 < q < 1 \(f\^\(q-1\) is undefined at 0\)$",
+        ),
+    ],
+)
+def test_lipschitz_q_rejects_bad_input_naming_it(args, match):
+    with pytest.raises(ValueError, match=match):
+        lipschitz_q(*args)
 
 
 def test_lemma_12_is_tight_for_an_isotropic_quadratic():
