@@ -279,6 +279,88 @@ def test_server_step_rejects_bad_input(kwargs, exc, match):
         fedfa_server_step(z, z, np.full(3, np.nan), gamma=0.5, eta_s=1.0)
 
 
+def test_server_step_near_the_float64_limit_is_computed_on_scaled_inputs():
+    """θ^t − θ̄ and η_s m can overflow where the result does not: here η_s m = 1.89e308 while
+    θ̄ − η_s m = −0.89e308. The step is then taken on the inputs divided by 2^8 and scaled back
+    (exactly here), without a floating-point warning; float32 stays float32."""
+    import warnings
+
+    for dtype, big in ((np.float64, 1e308), (np.float32, 2e38)):
+        theta, avg = np.array([1.7 * big], dtype), np.array([big], dtype)
+        mom = np.zeros(1, dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            res = fedfa_server_step(theta, avg, mom, gamma=0.0, eta_s=2.7)
+        delta = theta - avg
+        assert res.params.dtype == res.momentum.dtype == res.pseudo_gradient.dtype == dtype
+        np.testing.assert_array_equal(res.pseudo_gradient, delta)
+        np.testing.assert_array_equal(res.momentum, delta)
+        small = np.ldexp(avg, -8) - dtype(2.7) * np.ldexp(delta, -8)
+        np.testing.assert_array_equal(res.params, np.ldexp(small, 8))
+        assert np.all(np.isfinite(res.params))
+
+
+def test_server_step_overflow_is_a_value_error_not_a_warning():
+    """θ^t − θ̄ beyond float64 (so Δ_t itself is not representable): a ValueError that says
+    so, and no floating-point warning on the way (with η_s = 0, 0·∞ would be one)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            ValueError,
+            match=r"^the server step overflows float64: params, average and momentum near "
+            r"1\.8e308, or eta_s too large$",
+        ):
+            fedfa_server_step([1.7e308], [-1.7e308], [0.0], gamma=0.5, eta_s=0.0)
+
+
+def test_server_step_keeps_subnormal_inputs_exact():
+    """Where nothing overflows the step is the plain one: a subnormal Δ_t is kept to the bit
+    (dividing by 2^8 first would lose it)."""
+    theta, avg = np.array([3 * 5e-324, 1e-320]), np.zeros(2)
+    res = fedfa_server_step(theta, avg, np.zeros(2), gamma=0.0, eta_s=0.0)
+    np.testing.assert_array_equal(res.pseudo_gradient, theta)
+    np.testing.assert_array_equal(res.momentum, theta)
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        (np.float32, np.float32, np.float32),
+        (np.float64, np.float32, np.float32),
+        (np.float32, np.float64, np.float32),
+        (np.float32, np.float32, np.float64),
+    ],
+)
+@pytest.mark.parametrize("apply", [True, False])
+def test_server_step_returns_the_promoted_dtype_of_its_inputs(dtypes, apply):
+    theta, avg, mom = (np.array([1.0, -2.0, 0.1], dtype=t) for t in dtypes)
+    res = fedfa_server_step(theta, 0.5 * avg, 0.3 * mom, gamma=0.3, eta_s=0.7, apply=apply)
+    want = np.result_type(*dtypes)
+    assert res.params.dtype == res.momentum.dtype == res.pseudo_gradient.dtype == want
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(gamma=-0.5, eta_s=1.0), r"^gamma must be >= 0\.0; got -0\.5$"),
+        (dict(gamma=1.5, eta_s=1.0), r"^gamma must be <= 1\.0; got 1\.5$"),
+        (dict(gamma=0.5, eta_s=-1.0), r"^eta_s must be >= 0\.0; got -1\.0$"),
+        (dict(gamma=0.5, eta_s=1.0, variant="x"), r"^variant must be one of 'paper', 'flgo'"),
+        (dict(gamma=0.5, eta_s=1.0, apply=1), r"^apply must be a bool; got int$"),
+        (dict(params=np.zeros((1, 3))), r"^params must be 1-dimensional"),
+        (dict(average=np.zeros(2)), r"^average must have shape \(3,\)"),
+        (dict(momentum=np.zeros(2)), r"^momentum must have shape \(3,\)"),
+    ],
+)
+def test_server_step_errors_name_the_argument_and_the_bound(kwargs, match):
+    z = np.zeros(3)
+    args = {"params": z, "average": z, "momentum": z, "gamma": 0.5, "eta_s": 1.0, **kwargs}
+    with pytest.raises((ValueError, TypeError), match=match):
+        fedfa_server_step(args.pop("params"), args.pop("average"), args.pop("momentum"), **args)
+
+
 def _quadratic_round(theta, c):
     """Two identical clients on F(θ) = θ²/2 each take one gradient step of size c from θ:
     θ_k = (1 − c) θ, so δ_k = c θ."""
@@ -532,3 +614,135 @@ def test_flgo_eta_defaults_to_the_clients_learning_rate():
     assert np.array_equal(a.params, b.params)
     with pytest.raises(ValueError, match="reports.lr"):
         default.step(theta, rep._replace(lr=None), default.init(theta, K))
+
+
+def test_rule_defaults_and_hyperparameters():
+    """The documented defaults (α = β = 0.5, γ = 0.5, η_s = 1 for the paper's sign, τ = 1,
+    μ = 0.9, the paper's ε, accuracies of θ^t, NumPy), each reported under its own name."""
+    rule = fedfa()
+    assert rule.name == "fedfa"
+    assert dict(rule.hyperparams) == {
+        "alpha": 0.5,
+        "beta": 0.5,
+        "gamma": 0.5,
+        "eta_s": 1.0,
+        "tau": 1,
+        "client_momentum": 0.9,
+        "eps_a": 1e-6,
+        "eps_f": 1e-5,
+        "accuracy_source": "global",
+        "variant": "paper",
+        "backend": "numpy",
+    }
+    kw = dict(
+        alpha=0.25,
+        beta=0.75,
+        gamma=1.0,
+        eta_s=0.0,
+        tau=3,
+        client_momentum=0.0,
+        eps_a=0.01,
+        eps_f=0.02,
+        accuracy_source="local",
+        variant="paper",
+        backend="numba",
+    )
+    rule = fedfa(**kw)
+    assert dict(rule.hyperparams) == kw
+    assert rule.local.momentum == 0.0 and rule.local.accuracy_source == "local"
+    state = rule.init(np.zeros(3, dtype=np.float32), 1)  # a single client is enough
+    assert state.rounds == 0 and state.momentum.dtype == np.float32
+    np.testing.assert_array_equal(state.momentum, np.zeros(3))
+
+
+def test_rule_init_reads_only_the_shape_of_params():
+    state = fedfa().init(np.full(3, np.nan), 2)
+    np.testing.assert_array_equal(state.momentum, np.zeros(3))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"eps_a": 0.3}, {"eps_f": 0.2}],
+)
+def test_rule_weights_use_its_eps(kwargs):
+    rng = np.random.default_rng(6)
+    rep = _random_round(rng, 4, 3, 6)
+    rule = fedfa(**kwargs)
+    agg = rule.step(np.zeros(3), rep, rule.init(np.zeros(3), 6))
+    want = fedfa_weights(rep.accuracies, rep.participations, **kwargs)
+    np.testing.assert_array_equal(agg.info["weights"], want)
+    assert not np.array_equal(want, fedfa_weights(rep.accuracies, rep.participations))
+    info = fedfa_information(rep.accuracies, rep.participations, **kwargs)
+    assert set(agg.info) == {"weights", "accuracy_part", "frequency_part", "server_correction"}
+    np.testing.assert_array_equal(agg.info["accuracy_part"], info.accuracy_part)
+    np.testing.assert_array_equal(agg.info["frequency_part"], info.frequency_part)
+
+
+def test_rule_average_runs_on_its_backend():
+    """backend="numba" averages with the Numba kernel: bit for bit its weighted update (which
+    sums in another order than NumPy's on this round)."""
+    from fairagg.rules.fedavg import apply_weighted_update
+
+    rng = np.random.default_rng(8)
+    rep = _random_round(rng, 5, 300, 10)
+    theta = rng.normal(size=300)
+    rule = fedfa(backend="numba", eta_s=0.0)
+    agg = rule.step(theta, rep, rule.init(theta, 10))
+    p = fedfa_weights(rep.accuracies, rep.participations)
+    want = apply_weighted_update(theta, rep.deltas, p, backend="numba")
+    np.testing.assert_array_equal(agg.params, want)
+    assert not np.array_equal(want, apply_weighted_update(theta, rep.deltas, p))
+
+
+def test_rule_checks_reports_before_the_values_of_params():
+    rule = fedfa()
+    rep = make_reports(np.ones((2, 3)), [1, 2], participations=[1, 1])
+    with pytest.raises(ValueError, match=r"this rule needs reports\.accuracies"):
+        rule.step(np.full(3, np.nan), rep, rule.init(np.zeros(3), 2))
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: fedfa(gamma=1.5), ValueError, r"^gamma must be <= 1\.0; got 1\.5$"),
+        (lambda: fedfa(gamma=-0.5), ValueError, r"^gamma must be >= 0\.0; got -0\.5$"),
+        (lambda: fedfa(eta_s=-1.0), ValueError, r"^eta_s must be >= 0\.0; got -1\.0$"),
+        (lambda: fedfa(tau=0), ValueError, r"^tau must be >= 1; got 0$"),
+        (
+            lambda: fedfa(client_momentum=-0.1),
+            ValueError,
+            r"^client_momentum must be >= 0\.0; got -0\.1$",
+        ),
+        (lambda: fedfa(accuracy_source="x"), ValueError, r"^accuracy_source must be one of"),
+        (lambda: fedfa(variant="x"), ValueError, r"^variant must be one of 'paper', 'flgo'"),
+        (lambda: fedfa().init(np.zeros((1, 3)), 2), ValueError, r"^params must be 1-dim"),
+        (lambda: fedfa().init(np.zeros(3), 0), ValueError, r"^num_clients must be >= 1; got 0$"),
+        (
+            lambda: fedfa().step(np.zeros(3), _random_round(np.random.default_rng(0), 2, 3, 4), ()),
+            TypeError,
+            r"^state must be the FedFaState that fedfa's init returns",
+        ),
+        (
+            lambda: fedfa().step(
+                np.zeros((1, 3)),
+                _random_round(np.random.default_rng(0), 2, 3, 4),
+                fedfa().init(np.zeros(3), 4),
+            ),
+            ValueError,
+            r"^params must be 1-dim",
+        ),
+        (
+            lambda: fedfa(variant="flgo").step(
+                np.zeros(3),
+                _random_round(np.random.default_rng(0), 2, 3, 4),
+                fedfa().init(np.zeros(3), 4),
+            ),
+            ValueError,
+            r"^variant='flgo' takes eta_s from reports\.lr \(the clients' learning rate\), "
+            r"which is None: pass eta_s$",
+        ),
+    ],
+)
+def test_rule_errors_name_the_argument_and_the_bound(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

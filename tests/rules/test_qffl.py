@@ -17,6 +17,7 @@ from fairagg.rules.qffl import (
     qfedsgd_step,
     qffl_objective,
 )
+from fairagg.types import LocalSpec
 from tests.strategies import finite_floats
 from tests.tolerances import assert_close
 
@@ -332,3 +333,117 @@ def test_rules_need_l_or_the_round_lr():
 def test_rule_hyperparameters_are_checked(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_rule_defaults_and_hyperparameters():
+    """The documented defaults: q = 1, L from the round's lr, ε = 1e-10, the dynamic step, full
+    batches, NumPy; every hyper-parameter reported under its own name."""
+    common = {"q": 1.0, "lipschitz": None, "epsilon": 1e-10, "backend": "numpy"}
+    avg, sgd = qfedavg(), qfedsgd()
+    assert (avg.name, sgd.name) == ("qfedavg", "qfedsgd")
+    assert dict(avg.hyperparams) == common
+    assert dict(sgd.hyperparams) == {**common, "static_step": False, "batch_size": None}
+    assert sgd.local == LocalSpec(report="gradients", gradient_batch_size=None)
+    assert avg.local == LocalSpec()
+    kw = {"q": 2.0, "lipschitz": 0.5, "epsilon": 0.25, "backend": "numba"}
+    assert dict(qfedavg(**kw).hyperparams) == kw
+    rule = qfedsgd(static_step=True, batch_size=1, **kw)
+    assert dict(rule.hyperparams) == {**kw, "static_step": True, "batch_size": 1}
+    assert rule.local == LocalSpec(report="gradients", gradient_batch_size=1)
+    for r in (avg, sgd):
+        assert r.init(np.zeros(2), 3) == EmptyState()
+
+
+def _round(lr=0.1):
+    rng = np.random.default_rng(0)
+    G, F = rng.normal(size=(4, 300)), rng.random(4) + 0.5
+    return np.zeros(300), make_reports(G, [1] * 4, losses=F, gradients=G, lr=lr)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "step_kwargs"),
+    [
+        ({"q": 1.0}, {}),
+        ({"q": 1.0, "lipschitz": 2.0}, {"lr": 0.5}),
+        ({"q": 1.0, "epsilon": 0.5}, {"epsilon": 0.5}),
+        ({"q": 1.0, "backend": "numba"}, {"backend": "numba"}),
+        ({"q": 1.0, "static_step": True}, {"static_step": True}),
+    ],
+)
+@pytest.mark.parametrize("name", ["qfedavg", "qfedsgd"])
+def test_rule_step_is_the_step_function_with_the_rule_hyperparameters(name, kwargs, step_kwargs):
+    """Bit for bit: the rule's step is qfedavg_step / qfedsgd_step with its q, L (1/lr of the
+    round unless lipschitz is given), ε, backend and static_step; info holds its weights (times
+    L on δ_k for q-FedAvg) and Σ h_k; the state is the EmptyState passed in."""
+    if name == "qfedavg" and "static_step" in kwargs:
+        return
+    theta, reports = _round()
+    rule = (qfedavg if name == "qfedavg" else qfedsgd)(**kwargs)
+    agg = rule.step(theta, reports, EmptyState())
+    step = {"lr": 0.1, **step_kwargs}
+    if name == "qfedavg":
+        ref = qfedavg_step(theta, reports.deltas, reports.losses, 1.0, **step)
+        weights = (1.0 / step["lr"]) * ref.weights
+    else:
+        ref = qfedsgd_step(theta, reports.gradients, reports.losses, 1.0, **step)
+        weights = ref.weights
+    np.testing.assert_array_equal(agg.params, ref.params)
+    assert set(agg.info) == {"weights", "h_sum"}
+    np.testing.assert_array_equal(agg.info["weights"], weights)
+    assert agg.info["h_sum"] == ref.h_sum
+    assert agg.state == EmptyState() and agg.state is not None
+    # Each hyper-parameter changes this round's step from its default's.
+    plain = qfedavg_step if name == "qfedavg" else qfedsgd_step
+    if step_kwargs:
+        other = plain(theta, reports.deltas, reports.losses, 1.0, 0.1)
+        assert not np.array_equal(other.params, ref.params)
+
+
+def test_rules_check_reports_before_the_values_of_params():
+    """A round without losses is refused as such, whatever params."""
+    G = np.eye(2)
+    reports = make_reports(G, [1, 1], gradients=G, lr=0.1)
+    for rule in (qfedavg(), qfedsgd()):
+        with pytest.raises(ValueError, match=r"this rule needs reports\.losses"):
+            rule.step(np.full(2, np.nan), reports, EmptyState())
+
+
+@pytest.mark.parametrize("name", ["qfedavg", "qfedsgd"])
+def test_rule_without_l_or_lr_says_which_rule_and_how(name):
+    rule = qfedavg() if name == "qfedavg" else qfedsgd()
+    reports = make_reports(np.ones((2, 2)), [1, 1], losses=[1.0, 2.0], gradients=np.ones((2, 2)))
+    msg = (
+        f"^{name} needs L = 1/lr: build it with lipschitz=L, or pass reports with lr set "
+        r"\(fairagg\.simulate does\)$"
+    )
+    with pytest.raises(ValueError, match=msg):
+        rule.step(np.zeros(2), reports, EmptyState())
+    with pytest.raises(ValueError, match=r"^params must be 1-dim"):
+        rule.step(np.zeros((1, 2)), reports._replace(lr=0.1), EmptyState())
+
+
+@pytest.mark.parametrize("rule", [qfedavg, qfedsgd])
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"q": -1.0}, ValueError, r"^q must be >= 0\.0; got -1\.0$"),
+        ({"lipschitz": 0.0}, ValueError, r"^lipschitz must be > 0\.0; got 0\.0$"),
+        ({"epsilon": -1e-3}, ValueError, r"^epsilon must be >= 0\.0; got -0\.001$"),
+    ],
+)
+def test_rule_hyperparameter_errors_name_the_argument_and_the_bound(rule, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        rule(**kwargs)
+    rule(lipschitz=0.5)  # any L > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"static_step": 1}, TypeError, r"^static_step must be a bool; got int$"),
+        ({"batch_size": 0}, ValueError, r"^batch_size must be >= 1; got 0$"),
+    ],
+)
+def test_qfedsgd_rule_errors_name_the_argument(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        qfedsgd(**kwargs)
