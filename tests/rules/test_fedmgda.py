@@ -121,6 +121,97 @@ def test_server_lr_scales_the_step():
     assert_close(b.params, 0.25 * a.params)
 
 
+def test_overflowing_gram_matrix_gives_no_warning_and_the_scale_free_answer():
+    """Products of 1e200 entries overflow (and ∞ − ∞ is NaN) in the raw Gram matrix: the
+    answer is the one at scale 1, with no floating-point warning."""
+    import warnings
+
+    D = np.array([[1.0, 1.0], [1.0, -1.0], [0.5, 2.0]])
+    ref = fedmgda_weights(D, [1, 2, 3], 0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = fedmgda_weights(1e200 * D, [1, 2, 3], 0.3)
+    np.testing.assert_array_equal(got.mixture, ref.mixture)
+    assert got.min_norm == ref.min_norm
+
+
+def test_scaled_path_reads_float32_updates_in_float64_on_the_given_backend():
+    """float32 updates whose squares overflow float32 take the scaled path, in float64: the
+    same numbers as the float64 updates at a scale that takes it too; on backend="numba" the
+    scaled Gram matrix is the numba one (which differs from NumPy's in the last bits here)."""
+    rng = np.random.default_rng(3)
+    D32 = (rng.normal(size=(4, 7)) * 1e20).astype(np.float32)
+    n = [1, 2, 3, 4]
+    a = fedmgda_weights(D32, n, 0.3)
+    b = fedmgda_weights(np.ldexp(D32.astype(np.float64), 900), n, 0.3)
+    np.testing.assert_array_equal(a.mixture, b.mixture)
+    # Rows already divided by their largest entry's power of two: the scaled rows themselves.
+    R = rng.normal(size=(4, 300))
+    R = np.ldexp(R, -np.frexp(np.max(np.abs(R), axis=1))[1][:, None])
+    big = np.ldexp(R, 700)
+    numba = fedmgda_weights(big, n, 0.3, backend="numba").mixture
+    np.testing.assert_array_equal(numba, fedmgda_weights(R, n, 0.3, backend="numba").mixture)
+    assert not np.array_equal(numba, fedmgda_weights(big, n, 0.3).mixture)
+
+
+def test_a_row_of_only_subnormal_entries_is_a_clear_error():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            ValueError,
+            match=r"^deltas\[1\] is too short: the weight η λ_k / ‖δ_k‖ = η λ_k / 4\.94e-324 on "
+            r"it exceeds float64 \(a row of only subnormal entries\); scale the updates up$",
+        ):
+            fedmgda_weights([[1.0, 1.0], [5e-324, 0.0], [1.0, 0.0]], [1, 1, 1], 0.0)
+
+
+def test_device_updates():
+    """CUDA device updates (here numba's simulator): only backend="cuda" takes them; they give
+    the host answer at every scale, and non-finite entries are reported."""
+    from numba import cuda
+
+    D = np.array([[1.0, 1.0], [1.0, -1.0], [0.5, 2.0]])
+    ref = fedmgda_weights(D, [1, 2, 3], 0.3)
+    for scale in (1.0, 1e200):
+        got = fedmgda_weights(cuda.to_device(scale * D), [1, 2, 3], 0.3, backend="cuda")
+        np.testing.assert_array_equal(got.mixture, ref.mixture)
+    with pytest.raises(TypeError, match=r"^deltas is a CUDA device array: it needs backend='cuda'"):
+        fedmgda_weights(cuda.to_device(D), [1, 2, 3], 0.3)
+    with pytest.raises(ValueError, match=r"^deltas must be 2-D; got shape \(3,\)$"):
+        fedmgda_weights(cuda.to_device(D[:, 0].copy()), [1, 2, 3], 0.3, backend="cuda")
+    with pytest.raises(ValueError, match=r"^deltas must have at least 1 rows"):
+        fedmgda_weights(cuda.to_device(np.zeros((0, 2))), [1], 0.3, backend="cuda")
+    fedmgda_weights(cuda.to_device(D[:1].copy()), [1], 0.3, backend="cuda")  # one row suffices
+    bad = D.copy()
+    bad[1, 0] = np.nan
+    with pytest.raises(
+        ValueError, match=r"^deltas must be finite \(a NaN reached the Gram matrix's diagonal\)$"
+    ):
+        fedmgda_weights(cuda.to_device(bad), [1, 2, 3], 0.3, backend="cuda")
+    bad = 1e200 * D
+    bad[1, 0] = np.inf
+    with pytest.raises(
+        ValueError, match=r"^deltas must be finite \(a NaN or infinity is on the device\)$"
+    ):
+        fedmgda_weights(cuda.to_device(bad), [1, 2, 3], 0.3, backend="cuda")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (([[1.0, 1.0]], [1], -0.1), r"^epsilon must be >= 0\.0; got -0\.1$"),
+        (([[1.0, 1.0]], [1], 0.1, -1.0), r"^server_lr must be >= 0\.0; got -1\.0$"),
+        (([1.0, 1.0], [1, 1], 0.1), r"^deltas must be 2-dimensional"),
+        ((np.zeros((0, 2)), [1], 0.1), r"^deltas must have at least 1 entry"),
+    ],
+)
+def test_weights_errors_name_the_argument_and_the_bound(args, match):
+    with pytest.raises(ValueError, match=match):
+        fedmgda_weights(*args)
+
+
 def test_rule_defaults_hyperparameters_and_info():
     """Documented defaults ε = 0.1, η = 1 on NumPy; info holds a_k, λ* and ‖Σ λ*_k ĝ_k‖."""
     rule = fedmgda()

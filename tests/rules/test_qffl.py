@@ -447,3 +447,33 @@ def test_rule_hyperparameter_errors_name_the_argument_and_the_bound(rule, kwargs
 def test_qfedsgd_rule_errors_name_the_argument(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         qfedsgd(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["qfedavg_step", "qfedsgd_step"])
+def test_step_functions_run_on_their_backend(name):
+    """backend="numba" fuses the norms and the sum: on this round its step differs from
+    NumPy's in the last bits, so the backend is the one asked for."""
+    theta, reports = _round()
+    f = qfedavg_step if name == "qfedavg_step" else qfedsgd_step
+    a = f(theta, reports.gradients, reports.losses, 1.0, 0.1)
+    b = f(theta, reports.gradients, reports.losses, 1.0, 0.1, backend="numba")
+    assert not np.array_equal(a.params, b.params)
+
+
+@pytest.mark.parametrize("f", [qfedavg_step, qfedsgd_step])
+@pytest.mark.parametrize(
+    ("lr", "epsilon", "match"),
+    [
+        (0.0, 1e-10, r"^lr must be > 0\.0; got 0\.0$"),
+        (-0.1, 1e-10, r"^lr must be > 0\.0; got -0\.1$"),
+        (0.1, -1.0, r"^epsilon must be >= 0\.0; got -1\.0$"),
+    ],
+)
+def test_step_errors_name_the_argument_and_the_bound(f, lr, epsilon, match):
+    with pytest.raises(ValueError, match=match):
+        f(T2, D2, [1.0, 1.0], 1.0, lr, epsilon)
+
+
+def test_qfedsgd_step_static_step_error_names_the_type():
+    with pytest.raises(TypeError, match=r"^static_step must be a bool; got int$"):
+        qfedsgd_step(T2, D2, [1.0, 1.0], 1.0, 0.1, static_step=1)
