@@ -20,6 +20,7 @@ __all__ = [
     "as_int_array",
     "check_choice",
     "check_finite",
+    "check_count",
     "check_int",
     "check_real",
     "check_same_length",
@@ -229,6 +230,17 @@ def check_int(x: Any, name: str, *, low: int | None = None, high: int | None = N
     if high is not None and v > high:
         raise ValueError(f"{name} must be <= {high}; got {v}")
     return v
+
+
+#: The largest count an array axis can have (numpy's index type): a larger ``num_clients`` or
+#: size is refused naming the argument, not by numpy's "maximum allowed dimension exceeded".
+MAX_COUNT = int(np.iinfo(np.intp).max)
+
+
+def check_count(x: Any, name: str, *, low: int = 0, high: int | None = None) -> int:
+    """Validate a count that sizes an array (clients, items, classes): an integer in
+    ``[low, high]`` and at most :data:`MAX_COUNT`."""
+    return check_int(x, name, low=low, high=MAX_COUNT if high is None else min(high, MAX_COUNT))
 
 
 def check_choice(x: Any, name: str, choices: Sequence[str]) -> str:

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, as_int_array, check_choice, check_int, check_real
+from ._checks import as_float_array, as_int_array, check_choice, check_count, check_int, check_real
 
 __all__ = [
     "DATA_SPECS",
@@ -260,7 +260,7 @@ def synthetic_clients(
     """
     alpha = check_real(alpha, "alpha", low=0.0)
     beta = check_real(beta, "beta", low=0.0)
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     if not isinstance(iid, (bool, np.bool_)):
         raise TypeError(f"iid must be a bool; got {type(iid).__name__} {iid!r}")
     seed = check_int(seed, "seed", low=0)
@@ -358,8 +358,8 @@ def synthetic(
 
 
 def _check_counts(num_items: int, num_clients: int) -> tuple[int, int]:
-    num_items = check_int(num_items, "num_items", low=1)
-    num_clients = check_int(num_clients, "num_clients", low=1)
+    num_items = check_count(num_items, "num_items", low=1)
+    num_clients = check_count(num_clients, "num_clients", low=1)
     if num_items < num_clients:
         raise ValueError(
             f"cannot give each of num_clients={num_clients} clients at least one item: "
@@ -502,7 +502,7 @@ def partition_shards(
         K disjoint non-empty int64 index arrays covering ``range(N)``.
     """
     y = _check_labels(labels)
-    num_clients = check_int(num_clients, "num_clients", low=1)
+    num_clients = check_count(num_clients, "num_clients", low=1)
     s = check_int(shards_per_client, "shards_per_client", low=1)
     seed = check_int(seed, "seed", low=0)
     num_shards = num_clients * s
@@ -566,7 +566,7 @@ def partition_dirichlet(
         If no try within ``max_tries`` gives every client ``min_size`` items.
     """
     y = _check_labels(labels)
-    num_clients = check_int(num_clients, "num_clients", low=1)
+    num_clients = check_count(num_clients, "num_clients", low=1)
     alpha = check_real(alpha, "alpha", low=0.0, low_open=True)
     min_size = check_int(min_size, "min_size", low=1)
     max_tries = check_int(max_tries, "max_tries", low=1)
@@ -756,7 +756,7 @@ def federate(
     if n_classes is None:
         n_classes = int(ya.max()) + 1
     else:
-        n_classes = check_int(n_classes, "n_classes", low=1)
+        n_classes = check_count(n_classes, "n_classes", low=1)
         if ya.max() >= n_classes:
             raise ValueError(
                 f"y must be in [0, n_classes) = [0, {n_classes}); got maximum {ya.max()}"
@@ -812,7 +812,7 @@ def from_client_arrays(
     -------
     FederatedData
     """
-    n_classes = check_int(n_classes, "n_classes", low=1)
+    n_classes = check_count(n_classes, "n_classes", low=1)
     test_fraction, val_fraction = _check_fractions(test_fraction, val_fraction)
     seed = check_int(seed, "seed", low=0)
     if not isinstance(name, str):
@@ -867,7 +867,7 @@ def load_digits(
     ImportError
         If scikit-learn is not installed.
     """
-    num_clients = check_int(num_clients, "num_clients", low=1)
+    num_clients = check_count(num_clients, "num_clients", low=1)
     partition = check_choice(partition, "partition", _DIGITS_PARTITIONS)
     alpha = check_real(alpha, "alpha", low=0.0, low_open=True)
     seed = check_int(seed, "seed", low=0)

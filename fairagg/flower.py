@@ -94,7 +94,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         f"engine). The import failed with: {exc}"
     ) from exc
 
-from ._checks import check_choice, check_int, check_real
+from ._checks import check_choice, check_count, check_int, check_real
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .models import FlatModel
@@ -624,7 +624,7 @@ class FairaggStrategy(FedAvg):
             )
         self.rule = rule
         self.local = check_local_spec(rule.local)
-        K = check_int(num_clients, "num_clients", low=1)
+        K = check_count(num_clients, "num_clients", low=1)
         self.num_clients = K
         spec = RULES.get(rule.name)
         self.needs: tuple[str, ...] = spec.needs if spec is not None else ()

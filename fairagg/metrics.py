@@ -246,9 +246,16 @@ def accuracy_std(accuracies: ArrayLike) -> float:
     Returns
     -------
     float
-        The square root of :func:`accuracy_variance`, in percent.
+        The square root of :func:`accuracy_variance`, in percent. Accuracies so small that the
+        variance underflows (below about 1e-150) are rescaled by a power of two first, so the
+        deviation stays exact wherever it is representable.
     """
-    return math.sqrt(accuracy_variance(accuracies))
+    a = _as_accuracies(accuracies)
+    top = float(np.max(a, initial=0.0))
+    if 0.0 < top < 2.0**-400:
+        s = math.ldexp(1.0, math.frexp(top)[1])  # exact rescaling
+        return float(math.sqrt(np.var(a / s) * 1e4) * s)
+    return math.sqrt(float(np.var(a) * 1e4))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,10 +30,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy.special import ndtr
 
-from ._checks import as_float_array, as_int_array, check_choice, check_int, check_real
+from ._checks import as_float_array, as_int_array, check_choice, check_count, check_int, check_real
 from .simplex import (
     QPFactor,
     QPResult,
+    SingularSystemError,
     _factor_rank_one,
     _new_factor,
     _solve_simplex_qp,
@@ -379,7 +380,7 @@ def regret(decisions: Any, responses: Any, comparator: Any = None) -> float:
 
 def theorem1_bound(num_clients: int, rounds: int, lipschitz: float) -> float:
     """AAgFF poster Theorem 1: Regret^T ≤ 2 L∞ K (1 + log(1 + T/(16K))) for AAgFF-S."""
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     T = check_int(rounds, "rounds", low=0)
     L = check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     return 2.0 * L * K * (1.0 + math.log1p(T / (16.0 * K)))
@@ -387,7 +388,7 @@ def theorem1_bound(num_clients: int, rounds: int, lipschitz: float) -> float:
 
 def theorem2_bound(num_clients: int, rounds: int, lipschitz: float) -> float:
     """AAgFF poster Theorem 2 / Corollary 3: (expected) Regret^T ≤ 2 L∞ √(T log K), AAgFF-D."""
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     T = check_int(rounds, "rounds", low=0)
     L = check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     return 2.0 * L * math.sqrt(T * math.log(K))
@@ -423,14 +424,14 @@ def aaggff_s_defaults(
     num_clients: int, lipschitz: float | None = None
 ) -> tuple[float, float, float]:
     """SPEC §5 defaults (L∞, α, β) = (1/K, 4 K L∞, 1/(4 L∞)); ``lipschitz`` overrides L∞."""
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     L = 1.0 / K if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     return L, 4.0 * K * L, 1.0 / (4.0 * L)
 
 
 def quadratic_ftrl_init(num_clients: int) -> QuadraticFTRL:
     """Empty sums for K clients (t = 0)."""
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     return QuadraticFTRL(np.zeros(K), np.zeros((K, K)), np.zeros(K), 0)
 
 
@@ -514,7 +515,17 @@ def quadratic_ftrl_step(
     so the solver skips its Cholesky proof of that on a warm start.
     """
     A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
-    return solve_simplex_qp(A, b, x0=x0, check_definite=False)
+    try:
+        return solve_simplex_qp(A, b, x0=x0, check_definite=False)
+    except SingularSystemError as exc:
+        raise _ill_conditioned(alpha, beta) from exc
+
+
+def _ill_conditioned(alpha: float, beta: float) -> ValueError:
+    return ValueError(
+        f"A = αI + βΣggᵀ is singular to working precision with alpha = {alpha!r} and "
+        f"beta = {beta!r}: make beta / alpha smaller"
+    )
 
 
 class FTRLRound(NamedTuple):
@@ -555,7 +566,10 @@ def quadratic_ftrl_round(
         start = _factor_rank_one(factor, math.sqrt(bt) * g, key)
     else:
         start = _new_factor(g.size)
-    res, end = _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, p, None, False, start)
+    try:
+        res, end = _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, p, None, False, start)
+    except SingularSystemError as exc:
+        raise _ill_conditioned(alpha, beta) from exc
     return FTRLRound(new_state, res, end._replace(key=key))
 
 
@@ -604,7 +618,7 @@ def dr_response(
     r_bar : float
         The sample mean r̄ (which the first-order gradient expands around).
     """
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     idx = as_int_array(selected, "selected", min_value=0)
     r = as_float_array(responses, "responses", shape=(idx.size,), dtype=np.float64, allow_int=True)
     m = idx.size
@@ -671,7 +685,7 @@ def official_first_decision(num_clients: int, inclusion_probability: float) -> n
     uniform). Cross-silo C = 1 gives the all-ones vector; it is not a point of the simplex, and
     enters only the first round's gradient and decision loss (the aggregation of that round
     already uses p²)."""
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     C = check_real(inclusion_probability, "inclusion_probability", low=0.0, high=1.0, low_open=True)
     return np.full(K, C)
 

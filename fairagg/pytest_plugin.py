@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+__all__ = ["fairagg_conformance"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fairagg")

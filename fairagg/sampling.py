@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import as_int_array, check_choice, check_int
+from ._checks import as_int_array, check_choice, check_count, check_int
 
 __all__ = ["SAMPLING_SCHEMES", "sample_clients"]
 
@@ -46,7 +46,7 @@ def sample_clients(
     ndarray of int64, shape (m,)
         Distinct client indices in draw order.
     """
-    K = check_int(num_clients, "num_clients", low=1)
+    K = check_count(num_clients, "num_clients", low=1)
     m = check_int(clients_per_round, "clients_per_round", low=1, high=K)
     check_choice(scheme, "scheme", SAMPLING_SCHEMES)
     if not isinstance(rng, np.random.Generator):

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ._checks import as_float_array, check_finite, check_int, check_real
+from ._checks import as_float_array, check_count, check_finite, check_int, check_real
 
 __all__ = [
     "MinNormResult",
@@ -90,7 +90,7 @@ def check_box(
     ``lower`` must be finite; ``upper`` may hold ``+inf``. Raises ``ValueError`` if the set
     {lower ≤ x ≤ upper, Σx = total} is empty.
     """
-    size = check_int(size, "size", low=1)
+    size = check_count(size, "size", low=1)
     total = check_real(total, "total", low=0.0, low_open=True)
     if isinstance(lower, float) and isinstance(upper, float) and lower == 0.0 and upper == np.inf:
         return np.zeros(size), np.full(size, np.inf)  # the plain simplex (fast path)
@@ -888,6 +888,12 @@ def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray
     return S, bv, amax
 
 
+class SingularSystemError(ValueError):
+    """A positive definite matrix that is singular to working precision (a ValueError: the
+    input, not the method, is at fault; callers that build the matrix re-raise it naming their
+    own arguments)."""
+
+
 def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
     x, state, nu, its, status, res = out[:6]
     if status == 3:
@@ -898,8 +904,9 @@ def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
             "(cycling on a degenerate problem); raise max_iter or perturb the problem"
         )
     if status == 2:
-        raise RuntimeError(
-            f"the free-set KKT system is singular at the start: {name_a} is degenerate"
+        raise SingularSystemError(
+            f"{name_a} is singular to working precision: the free-set KKT system at the start "
+            "cannot be solved (its eigenvalues span more than float64's precision)"
         )
     return QPResult(x, float(nu), state == _LOWER, state == _UPPER, int(its), float(res))
 

@@ -27,6 +27,7 @@ import numpy as np
 from ._checks import (
     as_float_array,
     as_int_array,
+    check_count,
     check_device_array,
     check_int,
     check_real,
@@ -274,7 +275,7 @@ def make_reports(
                 f"client_ids must be distinct (one report per client); {int(u[c > 1][0])} "
                 "appears more than once"
             )
-    K = check_int(num_clients, "num_clients", low=0)
+    K = check_count(num_clients, "num_clients", low=0)
     if K and ids is not None and ids.max() >= K:
         raise ValueError(
             f"client_ids must lie in [0, num_clients) = [0, {K}); got {int(ids.max())}"
@@ -369,7 +370,7 @@ def client_indices(reports: RoundReports, num_clients: int) -> np.ndarray:
             f"reports must be a fairagg.RoundReports (see fairagg.make_reports); got "
             f"{type(reports).__name__}"
         )
-    num_clients = check_int(num_clients, "num_clients", low=1)
+    num_clients = check_count(num_clients, "num_clients", low=1)
     m = len(reports.num_samples)
     if reports.client_ids is None:
         if m > num_clients:

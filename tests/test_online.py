@@ -1350,19 +1350,23 @@ def test_quadratic_ftrl_step_warm_starts_from_x0():
     )
 
 
-def test_quadratic_ftrl_numerically_degenerate_problem_raises_runtime_error():
+def test_quadratic_ftrl_numerically_degenerate_problem_names_alpha_and_beta():
     # α = 1e-10 against β Σ g gᵀ ~ 1e30: positive definite in exact arithmetic, singular in
-    # floating point. The solver reports it (RuntimeError), and does not blame an "A" that the
-    # caller never passed (the Cholesky proof of definiteness is skipped: α > 0 makes A
-    # definite by construction).
+    # floating point. The caller is told which of its arguments make it so (a ValueError naming
+    # alpha and beta), not blamed for an "A" it never passed (the Cholesky proof of definiteness
+    # is skipped: α > 0 makes A definite by construction).
     K = 4
     state = quadratic_ftrl_init(K)
     g = np.array([1e10, -1e10, 3e9, 1.0])
     for t in range(3):
         state = quadratic_ftrl_update(state, g * (t + 1) + np.arange(K), np.full(K, 0.25))
-    with pytest.raises(RuntimeError, match="singular"):
+    message = (
+        r"^A = αI \+ βΣggᵀ is singular to working precision with alpha = 1e-10 and "
+        r"beta = 10000000000.0: make beta / alpha smaller$"
+    )
+    with pytest.raises(ValueError, match=message):
         quadratic_ftrl_step(state, 1e-10, 1e10, x0=np.full(K, 0.25))
-    with pytest.raises(RuntimeError, match="singular"):
+    with pytest.raises(ValueError, match=message):
         quadratic_ftrl_round(quadratic_ftrl_init(K), g, np.full(K, 0.25), 1e-10, 1e10)
 
 

@@ -13,6 +13,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ._guard import kernel_arrays, same_length
+
 __all__ = [
     "gram",
     "row_sq_norms",
@@ -143,6 +145,9 @@ def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) 
     finite (a NaN or infinity anywhere makes it non-finite; a False may also be an overflow of
     the sum of finite entries, which the caller resolves by a full check).
     """
+    kernel_arrays("weighted_update", theta=(theta, 1), deltas=(deltas, 2), weights=(weights, 1))
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
+    same_length("theta", theta.shape[0], "deltas' columns", deltas.shape[1])
     if _by_rows(*deltas.shape):
         out = theta - _rows_sum(weights, deltas)
         return out, bool(np.isfinite(out.sum()))
@@ -156,6 +161,8 @@ def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) 
 def weighted_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     """``Σ_k weights_k δ_k`` for a C-contiguous (m, d) ``deltas``, in its dtype: the pass of
     :func:`weighted_update` started from 0 (no d-vector of zeros to allocate and read)."""
+    kernel_arrays("weighted_sum", weights=(weights, 1), deltas=(deltas, 2))
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
     if _by_rows(*deltas.shape):
         return _rows_sum(weights, deltas)
     d = deltas.shape[1]
@@ -217,6 +224,9 @@ def two_combinations(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``weights @ rows`` for a (2, m) float64 ``weights`` and a C-contiguous (m, d) float64
     ``rows``, in one pass over ``rows`` (BLAS reads a (2, m) × (m, d) product's right factor
     about twice as slowly as a plain stream)."""
+    kernel_arrays("two_combinations", weights=(weights, 2), rows=(rows, 2))
+    same_length("weights' rows", weights.shape[0], "2 (two combinations)", 2)
+    same_length("weights' columns", weights.shape[1], "rows' rows", rows.shape[0])
     out = np.empty((2, rows.shape[1]))
     _two_combinations(
         weights[0].copy(), weights[1].copy(), rows, out[0], out[1], _block_for(rows.shape[1])
@@ -302,6 +312,7 @@ def gram(deltas: np.ndarray) -> np.ndarray:
     """G = D Dᵀ in float64, exactly symmetric, of a C-contiguous (m, d) float32/float64
     ``deltas``: one parallel, register-tiled pass over D. Faster than OpenBLAS's SYRK, which runs
     such short, wide matrices at a fraction of its GEMM rate, where :func:`use_gram_kernel`."""
+    kernel_arrays("gram", deltas=(deltas, 2))
     m, d = deltas.shape
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK
     partial = np.zeros((min(nblk, _GRAM_CHUNKS), m, m))
@@ -331,6 +342,7 @@ def _row_sq_norms(D, partial, block):
 def row_sq_norms(deltas: np.ndarray) -> np.ndarray:
     """‖δ_k‖² of every row of a C-contiguous (m, d) float32/float64 array, in float64, shape
     (m,): one parallel pass."""
+    kernel_arrays("row_sq_norms", deltas=(deltas, 2))
     m, d = deltas.shape
     block = _block_for(d)
     partial = np.empty((m, -(-d // block)))
@@ -366,6 +378,8 @@ def _weighted_sum_sq_norms(D, w, out, partial, block):
 def weighted_sum_sq_norms(weights: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_k w_k δ_k in the dtype of ``deltas``, ‖δ_k‖² in float64) of a C-contiguous (m, d)
     ``deltas``, in one parallel pass over it (q-FedAvg's fused reduction)."""
+    kernel_arrays("weighted_sum_sq_norms", weights=(weights, 1), deltas=(deltas, 2))
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
     m, d = deltas.shape
     block = _block_for(d)
     out = np.empty(d, dtype=deltas.dtype)

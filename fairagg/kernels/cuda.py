@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 from numba import config, cuda, float64
 
+from ._guard import kernel_arrays, same_length
+
 __all__ = [
     "available",
     "gram",
@@ -286,6 +288,11 @@ def weighted_update(theta: Any, deltas: Any, weights: Any) -> tuple[Any, bool]:
 
     ``out`` is a device array when ``theta`` is one, else a NumPy array.
     """
+    kernel_arrays(
+        "weighted_update", device=True, theta=(theta, 1), deltas=(deltas, 2), weights=(weights, 1)
+    )
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
+    same_length("theta", theta.shape[0], "deltas' columns", deltas.shape[1])
     d_theta, d_deltas = _to_device(theta), _to_device(deltas)
     dtype = np.result_type(d_theta.dtype, d_deltas.dtype)
     w = _to_device(np.asarray(weights, dtype=dtype))
@@ -302,6 +309,8 @@ def weighted_update(theta: Any, deltas: Any, weights: Any) -> tuple[Any, bool]:
 def weighted_sum(weights: Any, deltas: Any) -> Any:
     """``Σ_k weights_k δ_k`` in the dtype of ``deltas``: a device array when ``deltas`` is one,
     else a NumPy array."""
+    kernel_arrays("weighted_sum", device=True, weights=(weights, 1), deltas=(deltas, 2))
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
     D = _to_device(deltas)
     m, d = D.shape
     dtype = np.dtype(D.dtype)
@@ -318,6 +327,9 @@ def weighted_sum(weights: Any, deltas: Any) -> Any:
 def two_combinations(weights: np.ndarray, deltas: Any) -> np.ndarray:
     """``weights @ D`` for a (2, m) float64 ``weights``, float64, shape (2, d) (a NumPy array):
     FedFV's ḡ and mean update from one pass over the updates."""
+    kernel_arrays("two_combinations", device=True, weights=(weights, 2), deltas=(deltas, 2))
+    same_length("weights' rows", weights.shape[0], "2 (two combinations)", 2)
+    same_length("weights' columns", weights.shape[1], "deltas' rows", deltas.shape[0])
     D = _to_device(deltas)
     d = D.shape[1]
     W = np.asarray(weights, dtype=np.float64)
@@ -330,6 +342,7 @@ def two_combinations(weights: np.ndarray, deltas: Any) -> np.ndarray:
 
 def row_sq_norms(deltas: Any) -> np.ndarray:
     """‖δ_k‖² of every row, float64, shape (m,) (a NumPy array)."""
+    kernel_arrays("row_sq_norms", device=True, deltas=(deltas, 2))
     D = _to_device(deltas)
     m, d = D.shape
     if m == 0 or d == 0:
@@ -343,6 +356,7 @@ def row_sq_norms(deltas: Any) -> np.ndarray:
 
 def gram(deltas: Any) -> np.ndarray:
     """G = D Dᵀ, float64, shape (m, m) (a NumPy array)."""
+    kernel_arrays("gram", device=True, deltas=(deltas, 2))
     D = _to_device(deltas)
     m, d = D.shape
     if m == 0 or d == 0:
@@ -364,6 +378,8 @@ def weighted_sum_sq_norms(weights: Any, deltas: Any) -> tuple[Any, np.ndarray]:
     """(Σ_k w_k δ_k, ‖δ_k‖² in float64) in one pass over the (m, d) matrix (q-FedAvg's fused
     reduction). The sum is a device array when ``deltas`` is one, else a NumPy array in its
     dtype; the norms are a NumPy array."""
+    kernel_arrays("weighted_sum_sq_norms", device=True, weights=(weights, 1), deltas=(deltas, 2))
+    same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
     D = _to_device(deltas)
     m, d = D.shape
     dtype = np.dtype(D.dtype)

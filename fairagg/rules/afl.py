@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_real
+from .._checks import as_float_array, check_count, check_int, check_real
 from ..kernels import check_backend, weighted_update
 from ..simplex import check_simplex_point, project_simplex
 from ..types import (
@@ -147,7 +147,7 @@ def afl(
 
     def init(params: np.ndarray, num_clients: int) -> AFLState:
         theta = as_float_array(params, "params", ndim=1)
-        K = check_int(num_clients, "num_clients", low=1)
+        K = check_count(num_clients, "num_clients", low=1)
         return AFLState(np.full(K, 1.0 / K), theta.copy(), 0)
 
     def step(params: np.ndarray, reports: RoundReports, state: AFLState) -> Aggregate:

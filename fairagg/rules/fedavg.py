@@ -21,9 +21,9 @@ import numpy as np
 from .._checks import (
     as_float_array,
     as_int_array,
+    check_count,
     check_device_array,
     check_finite,
-    check_int,
     is_device_array,
     to_host,
 )
@@ -60,7 +60,7 @@ def fedavg_weights(num_samples: Any) -> np.ndarray:
 
 def fairavg_weights(num_clients: int) -> np.ndarray:
     """FairAvg's uniform aggregation weights a_k = 1/|S| (FairAvg, eq. 5), shape (m,)."""
-    m = check_int(num_clients, "num_clients", low=1)
+    m = check_count(num_clients, "num_clients", low=1)
     return np.full(m, 1.0 / m)
 
 

@@ -70,7 +70,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_choice, check_int, check_real
+from .._checks import as_float_array, as_int_array, check_choice, check_count, check_int, check_real
 from ..kernels import check_backend
 from ..types import (
     ACCURACY_SOURCES,
@@ -412,7 +412,7 @@ def fedfa(
 
     def init(params: np.ndarray, num_clients: int) -> FedFaState:
         theta = as_float_array(params, "params", ndim=1, finite=False)
-        check_int(num_clients, "num_clients", low=1)
+        check_count(num_clients, "num_clients", low=1)
         return FedFaState(np.zeros(theta.shape[0], dtype=theta.dtype), 0)
 
     def step(params: np.ndarray, reports: RoundReports, state: FedFaState) -> Aggregate:

@@ -76,6 +76,7 @@ from .._checks import (
     as_float_array,
     as_int_array,
     check_choice,
+    check_count,
     check_finite,
     check_int,
     check_real,
@@ -179,7 +180,7 @@ def fedfv_keep_count(num_clients: int, alpha: float, variant: str = "paper") -> 
     """How many clients keep their original update: 0 if α = 0, else m − ⌈(m − 1)(1 − α)⌉
     (Alg. 2, line 1; SPEC §7). See the module docstring for the float64 snap of the paper
     variant."""
-    m = check_int(num_clients, "num_clients", low=1)
+    m = check_count(num_clients, "num_clients", low=1)
     a = check_real(alpha, "alpha", low=0.0, high=1.0)
     check_choice(variant, "variant", FEDFV_VARIANTS)
     if a == 0.0:
@@ -199,7 +200,7 @@ def fedfv_order(
     reversed; ``"random"``: ``numpy.random.default_rng((seed, round_index)).permutation(m)``
     (``losses`` unused).
     """
-    m = check_int(num_clients, "num_clients", low=1)
+    m = check_count(num_clients, "num_clients", low=1)
     check_choice(order, "order", FEDFV_ORDERS)
     if order == "random":
         seq = (check_int(seed, "seed", low=0), check_int(round_index, "round_index", low=0))
@@ -656,7 +657,7 @@ def fedfv(
 
     def init(params: np.ndarray, num_clients: int) -> FedFVState:
         theta = as_float_array(params, "params", ndim=1, finite=False)
-        K = check_int(num_clients, "num_clients", low=1)
+        K = check_count(num_clients, "num_clients", low=1)
         empty = FedFVHistory(
             np.zeros((0, theta.shape[0])), np.zeros(0, dtype=np.int64), np.zeros(0, np.int64)
         )
