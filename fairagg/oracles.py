@@ -699,6 +699,7 @@ def quadratic_ftrl(
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
     check_choice(variant, "variant", ("paper", "official"))
+    _osqp_data(solver, "quadratic_ftrl", grads=G, alpha=a, beta=bt)
     t, k = G.shape
     p = cp.Variable(k)
     objective = (a / 2) * cp.sum_squares(p)

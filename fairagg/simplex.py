@@ -17,6 +17,7 @@ projections keep a float32/float64 input's dtype; the QP machinery computes and 
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numba
@@ -1065,7 +1066,8 @@ class MinNormResult(NamedTuple):
     point : ndarray of float64, shape (d,) or None
         Σ λ_k v_k (None when only the Gram matrix was given).
     norm_sq : float
-        ‖Σ λ_k v_k‖² = λᵀGλ.
+        ‖Σ λ_k v_k‖² = λᵀGλ (from :func:`min_norm_point`: inf or 0 only where the exact value
+        leaves float64's range; the weights and the point are exact at every scale).
     qp : QPResult
         The underlying QP solution (active set, multiplier, iterations, KKT residual).
     """
@@ -1169,9 +1171,24 @@ def min_norm_point(
     MinNormResult
     """
     V = as_float_array(vectors, "vectors", ndim=2, dtype=np.float64, min_size=1)
-    qp = min_norm_weights(V @ V.T, lower=lower, upper=upper, max_iter=max_iter)
-    point = qp.x @ V
-    return MinNormResult(qp.x, point, float(point @ point), qp)
+    # The weights do not depend on the vectors' scale: far from 1 (beyond 2^±400), solve with
+    # V 2^-e (exact), whose largest entry is in [1/2, 1), so that the Gram matrix neither over-
+    # nor underflows (in range, the plain Gram matrix: the same bits as min_norm_weights); the
+    # point and the squared norm are scaled back (±inf or 0 only where the exact value leaves
+    # float64).
+    top = float(np.max(np.abs(V)))
+    e = math.frexp(top)[1] if not 2.0**-400 < top < 2.0**400 and top > 0 else 0
+    Vs = np.ldexp(V, -e) if e else V
+    qp = min_norm_weights(Vs @ Vs.T, lower=lower, upper=upper, max_iter=max_iter)
+    with np.errstate(over="ignore", under="ignore"):
+        qp = qp._replace(
+            multiplier=float(np.ldexp(qp.multiplier, 2 * e)),
+            kkt_residual=float(np.ldexp(qp.kkt_residual, 2 * e)),
+        )
+        ps = qp.x @ Vs
+        point = np.ldexp(ps, e)
+        norm_sq = float(np.ldexp(ps @ ps, 2 * e))
+    return MinNormResult(qp.x, point, norm_sq, qp)
 
 
 # --------------------------------------------------------------------------------------------

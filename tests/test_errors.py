@@ -183,10 +183,21 @@ def test_oracle_refuses_data_osqp_reads_as_infinite_quietly(capfd):
 
 
 def test_oracle_solver_failure_is_an_oracle_error_with_what_the_solver_printed(capfd):
-    # quadratic_ftrl's data reach OSQP unscaled: at 1e160 OSQP refuses them, printing from C.
-    g = np.array([[1e160, -1e160, 2e160]])
-    with pytest.raises(oracles.OracleError, match="quadratic_ftrl: OSQP did not solve.*printed"):
-        oracles.quadratic_ftrl(g, np.array([[0.2, 0.3, 0.5]]), 1.0, 1.0)
+    # A setting OSQP refuses: it prints its complaint from C, which the error carries and the
+    # terminal never sees. (Data OSQP would read as infinite are refused before it runs, naming
+    # the argument: below.)
+    g = np.array([[1.0, -1.0, 2.0]])
+    with pytest.raises(
+        oracles.OracleError,
+        match="quadratic_ftrl: OSQP did not solve.*OSQP printed: ERROR in validate_settings: "
+        "eps_abs must be nonnegative",
+    ):
+        oracles.quadratic_ftrl(g, np.array([[0.2, 0.3, 0.5]]), 1.0, 1.0, eps_abs=-1.0)
+    assert capfd.readouterr() == ("", "")
+    with pytest.raises(oracles.OracleError, match="quadratic_ftrl: grads has entries of magn"):
+        oracles.quadratic_ftrl(g * 1e160, np.array([[0.2, 0.3, 0.5]]), 1.0, 1.0)
+    with pytest.raises(oracles.OracleError, match="quadratic_ftrl: beta has entries of magn"):
+        oracles.quadratic_ftrl(g, np.array([[0.2, 0.3, 0.5]]), 1.0, 2.0**1000)
     assert capfd.readouterr() == ("", "")
 
 
@@ -446,3 +457,50 @@ def test_import_fairagg_from_a_folder_with_its_own_models(tmp_path, layout):
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["fairagg.models"]
+
+
+# --------------------------------------------------------------------------------------------
+# Found by the contract test (tests/contract): exact answers at the edges of float64
+# --------------------------------------------------------------------------------------------
+
+
+def test_min_norm_point_weights_do_not_depend_on_the_scale():
+    from fairagg.simplex import min_norm_point
+
+    V = np.array([[1.0, 0.5], [-0.5, 0.25], [0.3, -1.0]])
+    ref = min_norm_point(V)
+    for k in (-1000, -530, 530, 1000):
+        res = min_norm_point(np.ldexp(V, k))
+        assert_close(res.weights, ref.weights)
+        assert_close(np.ldexp(res.point, -k), ref.point)
+    assert min_norm_point(np.ldexp(V, 1000)).norm_sq == np.inf  # 2^2000 ‖p‖²: beyond float64
+    assert min_norm_point(np.ldexp(V, -1000)).norm_sq == 0.0  # below the smallest subnormal
+
+
+def test_accuracy_std_of_tiny_accuracies_is_exact():
+    from fairagg.metrics import accuracy_std
+
+    a = np.array([0.25, 0.5, 0.75, 1.0])
+    want = float(np.ldexp(accuracy_std(a), -1000))  # std is of degree 1: exact rescaling
+    assert_close(accuracy_std(np.ldexp(a, -1000)) / want, 1.0)
+
+
+def test_qfedavg_at_a_huge_q_follows_the_largest_loss():
+    # q = 2^1000: only the largest loss F = 1 + ε keeps weight, u = 1, and the step is
+    # L δ F^q / (q F^(q-1) L² ‖δ‖² + L F^q) = L δ / (q L² ‖δ‖² / F + L), with L = 1/lr = 10,
+    # ‖δ‖² = 3: 10 / (2^1000 · 300 / (1 + 1e-10) + 10) per entry; Σ h_k overflows to +inf.
+    from fairagg.rules.qffl import qfedavg_step
+
+    q = 2.0**1000
+    out = qfedavg_step(np.zeros(3), np.ones((2, 3)), np.array([0.5, 1.0]), q, 0.1)
+    F = 1.0 + 1e-10
+    want = -10.0 / (q * 300.0 / F + 10.0)
+    assert_close(out.params, np.full(3, want))
+    assert out.h_sum == np.inf
+
+
+def test_qffl_objective_at_a_huge_q_rounds_to_zero_below_one():
+    from fairagg.rules.qffl import qffl_objective
+
+    # Σ p_k F_k^(q+1) / (q+1) with every F_k < 1 and q = 2^1000: far below 2^-1074
+    assert qffl_objective(np.array([0.5, 0.9]), 2.0**1000) == 0.0

@@ -15,6 +15,11 @@ the Gram matrix is a register-tiled kernel for small m, BLAS's SYRK above) and `
 (``kernels/cuda.py``, numba.cuda; imported only when used, so the package works without CUDA,
 and run under numba's simulator where there is no GPU). A backend name is validated where a rule
 is built.
+
+The kernels check the kind, number of axes and lengths of their arguments, never their values:
+NaN and infinity propagate as in IEEE arithmetic, and a result beyond float64's range is ±inf
+(``weighted_update`` reports it through its finiteness witness). The rules validate what reaches
+them (:func:`fairagg.types.make_reports`) and check their results.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ __all__ = [
 ]
 
 BACKENDS: tuple[str, ...] = ("numpy", "numba", "cuda")
+
+
+def _ieee() -> np.errstate:
+    """Values are not checked here: NaN and infinity propagate without a warning."""
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def _cuda():
@@ -154,7 +164,8 @@ def weighted_sum(weights: Any, deltas: Any, backend: str = "numpy") -> Any:
         from . import cpu
 
         return cpu.weighted_sum(w, D)
-    return w @ D
+    with _ieee():
+        return w @ D
 
 
 def weighted_update(
@@ -184,8 +195,9 @@ def weighted_update(
         return cpu.weighted_update(t, D, w)
     if backend == "cuda":
         return _cuda().weighted_update(t, D, w)
-    out = t - w @ D
-    return out, bool(np.isfinite(out.sum()))
+    with _ieee():
+        out = t - w @ D
+        return out, bool(np.isfinite(out.sum()))
 
 
 def weighted_sum_sq_norms(
@@ -205,12 +217,14 @@ def weighted_sum_sq_norms(
         from . import cpu
 
         return cpu.weighted_sum_sq_norms(w, D)
-    return w @ D, _row_sq_norms(D)
+    with _ieee():
+        return w @ D, _row_sq_norms(D)
 
 
 def _row_sq_norms(D: np.ndarray) -> np.ndarray:
     D = np.asarray(D, dtype=np.float64)
-    return np.einsum("ij,ij->i", D, D)
+    with _ieee():
+        return np.einsum("ij,ij->i", D, D)
 
 
 def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:
@@ -249,7 +263,8 @@ def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
         if cpu.use_gram_kernel(D.shape[0]):
             return cpu.gram(D)
     D = np.asarray(D, dtype=np.float64)
-    G = D @ D.T
+    with _ieee():
+        G = D @ D.T
     return np.triu(G) + np.triu(G, 1).T
 
 
@@ -273,4 +288,5 @@ def two_combinations(weights: Any, deltas: Any, backend: str = "numpy") -> np.nd
         from . import cpu
 
         return cpu.two_combinations(W, np.ascontiguousarray(D))
-    return W @ D
+    with _ieee():
+        return W @ D

@@ -118,10 +118,13 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
     if math.isfinite(top_q) and top_q >= np.finfo(np.float64).tiny:
         value = S * top_q
     else:  # top^(q+1) leaves float64's range: f_q = 2^L with L = (q+1) log2(top) + log2(S)
-        L = (qv + 1.0) * math.log2(top) + math.log2(S)
-        value = (
-            math.inf if L >= 1024 else float(np.ldexp(2.0 ** (L - math.floor(L)), math.floor(L)))
-        )
+        L = (qv + 1.0) * math.log2(top) + math.log2(S) if S > 0 else -math.inf
+        if L >= 1024:
+            value = math.inf
+        elif L < -1080:  # below half the smallest subnormal: rounds to 0
+            value = 0.0
+        else:
+            value = float(np.ldexp(2.0 ** (L - math.floor(L)), math.floor(L)))
     if not math.isfinite(value):
         raise ValueError(
             f"the q-FFL objective overflows float64 (q = {qv}, largest loss {top:.3g}): "
@@ -196,8 +199,12 @@ def _q_step(
             # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
             h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
             return QStep(_subtract(theta, step), h_sum, w)
-    # Where a ratio underflowed, u_k in log form keeps the digits its q u_k / F̃_k may need.
-    u = np.exp(q * np.log(Ft) - log_max)
+    # Where a ratio underflowed, u_k in log form keeps the digits its q u_k / F̃_k may need:
+    # q (log F̃_k − max_j log F̃_j), exactly 0 for the largest loss at any q (q log F̃_k − log_max
+    # would cancel two numbers near 1e308 at a huge q).
+    logF = np.log(Ft)
+    with np.errstate(under="ignore"):
+        u = np.exp(q * (logF - logF.max()))
     return _q_step_scaled(theta, D, Ft, u, log_max, q, L, scale, backend)
 
 
@@ -262,9 +269,14 @@ def _q_step_scaled(
         coef = np.zeros(m)
         coef_exp = np.zeros(m, dtype=np.int64)
     else:
-        log_c = math.log(q) + (q - 1.0) * np.log(Ft) - log_max  # log(q u_k / F̃_k)
+        logF = np.log(Ft)
+        log_c = math.log(q) - logF + q * (logF - logF.max())  # log(q u_k / F̃_k)
+        # Below e^-7000 a term is under 2^-5900 after its largest factors x² 2^(2 e_k)
+        # (≤ 2^4200), and the sum holds u_k L ≥ 2^-1023 for the largest loss: it vanishes.
+        tiny = log_c < -7000.0
+        log_c = np.where(tiny, 0.0, log_c)
         coef_exp = np.floor(log_c / _LN2).astype(np.int64)
-        coef = np.exp(log_c - coef_exp * _LN2)  # in [1, 2)
+        coef = np.where(tiny, 0.0, np.exp(log_c - coef_exp * _LN2))  # in [1, 2), or 0
     terms = np.concatenate([coef * sq_rows * ms * ms, u * L])
     exps = np.concatenate([coef_exp + 2 * e + 2 * es, np.zeros(m, dtype=np.int64)])
     dm, E = _scaled_sum(terms, exps)  # Σ_k u_k h_rel_k = dm 2^E
@@ -281,8 +293,11 @@ def _q_step_scaled(
             "exceed about 1.8e308"
         )
     w = _ldexp(u / dm, -E)
-    n = math.floor(log_max / _LN2)
-    h_sum = float(_ldexp(dm * math.exp(log_max - n * _LN2), E + n))
+    if not math.isfinite(log_max) or log_max > 4000.0:
+        h_sum = math.inf  # Σ h_k ≥ max_j F̃_j^q exceeds float64 (the step above does not)
+    else:
+        n = math.floor(log_max / _LN2)
+        h_sum = float(_ldexp(dm * math.exp(log_max - n * _LN2), E + n))
     return QStep(_subtract(theta, step), h_sum, w)
 
 

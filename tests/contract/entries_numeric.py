@@ -75,18 +75,30 @@ _RAW_NONFINITE = tuple(
 )
 
 
+def _rows_named(valid):
+    """The same draw with ``deltas`` passed as ``rows`` (cpu.two_combinations' name)."""
+
+    def draw_rows(draw: Any) -> dict[str, Any]:
+        return {("rows" if k == "deltas" else k): a for k, a in valid(draw).items()}
+
+    return draw_rows
+
+
 def _kernel_entries() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (valid, expected, degree) in KERNELS.items():
         check = close(expected) if expected else None
         scale = {"deltas": degree} if degree is not None else {}
+        # documented: values are not read, NaN and infinity propagate (the rules validate)
         out[f"fairagg.kernels.{name}"] = Entry(
-            valid=_backend(valid), check=check, scale=scale, subprocess=True
+            valid=_backend(valid),
+            check=check,
+            scale=scale,
+            subprocess=True,
+            finite=False,
+            nonfinite_ok=_RAW_NONFINITE,
         )
-        renamed = lambda v: (
-            lambda draw: {("rows" if k == "deltas" else k): a for k, a in v(draw).items()}
-        )
-        cpu_valid = renamed(valid) if name == "two_combinations" else valid
+        cpu_valid = _rows_named(valid) if name == "two_combinations" else valid
         # the raw backend kernels refuse what cannot reach compiled code and pass NaN and
         # infinity through (the validated entry points above refuse them)
         raw = {"subprocess": True, "finite": False, "nonfinite_ok": _RAW_NONFINITE}
@@ -123,10 +135,12 @@ def _qp(draw: Any) -> dict[str, Any]:
 
 
 def _in_box(kwargs: dict[str, Any], result: Any) -> None:
-    x = f64(result[0] if isinstance(result, tuple) else result)
+    x = np.asarray(result[0] if isinstance(result, tuple) else result)
+    tol = 1e-6 if x.dtype == np.float32 else 1e-12
+    x = f64(x)
     lo = f64(kwargs.get("lower", 0.0))
     up = f64(kwargs.get("upper", np.inf))
-    assert (x >= lo - 1e-12).all() and (x <= up + 1e-12).all(), f"{x} outside the box"
+    assert (x >= lo - tol).all() and (x <= up + tol).all(), f"{x} outside the box"
     on_simplex()(kwargs, result)
 
 
@@ -156,6 +170,7 @@ SIMPLEX = {
         valid=lambda draw: {"vectors": floats(draw, _md(draw))},
         check=_in_box,
         scale={"vectors": {"weights": 0, "point": 1, "norm_sq": 2}},
+        overflow_ok=("qp",),  # its multiplier is of degree 2, like norm_sq
     ),
     "fairagg.simplex.check_box": Entry(
         valid=lambda draw: {
@@ -163,6 +178,7 @@ SIMPLEX = {
             "size": k,
         },
         nonfinite_ok=("upper:+inf",),
+        finite=False,  # the returned upper bound may be +inf
     ),
     "fairagg.simplex.check_simplex_point": Entry(valid=_check_point, check=on_simplex()),
     "fairagg.simplex.kl_step": Entry(

@@ -165,9 +165,11 @@ FUNCTIONS = {
     # qffl
     "fairagg.rules.qffl.qfedavg_step": Entry(
         valid=lambda draw: {**_with_losses(draw), "q": 1.0, "lr": 0.1},
+        overflow_ok=("h_sum",),  # documented: inf where Σ h_k exceeds float64
     ),
     "fairagg.rules.qffl.qfedsgd_step": Entry(
         valid=lambda draw: {**_with_losses(draw, "grads"), "q": 1.0, "lr": 0.1},
+        overflow_ok=("h_sum",),  # documented: inf where Σ h_k exceeds float64
     ),
     "fairagg.rules.qffl.qffl_objective": Entry(
         valid=lambda draw: {"losses": _losses(draw, size(draw)), "q": 1.0},
@@ -228,7 +230,8 @@ FUNCTIONS = {
             "epsilon": 0.5,
         },
         check=lambda k, r: on_simplex()(k, (r.mixture,)),
-        scale={"deltas": {"mixture": 0, "weights": 0}, "num_samples": {"mixture": 0}},
+        # the weights multiply the raw updates: λ_k / ‖δ_k‖, degree -1
+        scale={"deltas": {"mixture": 0, "weights": -1}, "num_samples": {"mixture": 0}},
     ),
     # fedfa
     "fairagg.rules.fedfa.fedfa_information": Entry(valid=_fedfa_inputs),
@@ -262,10 +265,14 @@ FUNCTIONS = {
         }
     ),
     "fairagg.types.LocalSpec": Entry(
-        valid=lambda draw: {
-            "report": draw(st.sampled_from(["delta", "gradient"])),
-            "momentum": 0.0,
-        }
+        valid=lambda draw: draw(
+            st.sampled_from(
+                [
+                    {"report": "deltas", "momentum": 0.5, "accuracy_source": "global"},
+                    {"report": "gradients", "gradient_batch_size": 4},
+                ]
+            )
+        )
     ),
     "fairagg.sampling.sample_clients": Entry(
         valid=lambda draw: {

@@ -68,9 +68,14 @@ def close(expected: Any):
     """A check that the result equals ``expected(kwargs)`` to the closed-form tolerance."""
 
     def check(kwargs: dict[str, Any], result: Any) -> None:
-        want = expected(kwargs)
+        with np.errstate(all="ignore"):
+            want = np.asarray(expected(kwargs), dtype=np.float64)
+        if not np.isfinite(want).all():
+            return  # the plain formula overflows: the scale families judge such inputs
+        got = np.asarray(result)
+        dtype = np.float32 if got.dtype == np.float32 else np.float64  # documented float32 results
         try:
-            assert_close(np.asarray(result, dtype=np.float64), np.asarray(want, dtype=np.float64))
+            assert_close(got.astype(np.float64), want, dtype=dtype)
         except AssertionError as exc:  # as an AssertionError with the values
             raise AssertionError(f"result {result!r} != {want!r}") from exc
 
