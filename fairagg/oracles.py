@@ -763,7 +763,7 @@ def eg_step(
     # rel_entr's domain holds q ≥ 0.
     objective = -z[support] @ q + cp.sum(cp.rel_entr(q, pv[support]))
     problem = cp.Problem(cp.Minimize(objective), [cp.sum(q) == 1])
-    xs, value, status, name = _solve(problem, q, solver, _CONE_SOLVER, solver_options, "eg_step")
+    xs, value, status, name = _solve_cone(problem, q, solver, solver_options, "eg_step")
     x = np.zeros(pv.shape[0])
     x[support] = xs
     return OracleResult(x, e * value, status, name)
@@ -804,9 +804,7 @@ def entropic_ftrl(
     # The objective divided by η (same argmin), as in eg_step; entr's domain holds q ≥ 0.
     objective = z @ q - cp.sum(cp.entr(q))
     problem = cp.Problem(cp.Minimize(objective), [cp.sum(q) == 1])
-    x, value, status, name = _solve(
-        problem, q, solver, _CONE_SOLVER, solver_options, "entropic_ftrl"
-    )
+    x, value, status, name = _solve_cone(problem, q, solver, solver_options, "entropic_ftrl")
     return OracleResult(x, e * value, status, name)
 
 
@@ -854,9 +852,7 @@ def best_fixed_decision(
     # The mean rather than the sum of the logs (same argmax): Clarabel is more reliable on it.
     objective = cp.sum(cp.log(1 + R @ p)) / T
     problem = cp.Problem(cp.Maximize(objective), [cp.sum(p) == 1, p >= 0])
-    x, value, status, name = _solve(
-        problem, p, solver, _CONE_SOLVER, solver_options, "best_fixed_decision"
-    )
+    x, value, status, name = _solve_cone(problem, p, solver, solver_options, "best_fixed_decision")
     return OracleResult(x, T * value, status, name)
 
 
@@ -946,7 +942,7 @@ def _federated(model: Any, X: Any, y: Any, offsets: Any) -> _Federated:
 _FEDERATED_RETRY_STEPS = (0.9, 0.8)
 
 
-def _solve_federated(
+def _solve_cone(
     problem: cp.Problem,
     variable: cp.Variable,
     solver: Any,
@@ -955,11 +951,13 @@ def _solve_federated(
 ) -> tuple[np.ndarray, float, str, str]:
     """:func:`_solve` with Clarabel by default, retried with shorter interior-point steps.
 
-    On these problems (hundreds of exponential cones, a power cone) Clarabel's default run stalls
-    just short of even its default tolerance 1e-8 on a few per cent of small random instances
-    (status "almost solved" on every rung of the ladder). Capping the step length at 0.9, then
-    0.8, of the distance to the cone boundary changes the iterates and solved every such instance
-    tried. The retries run only for Clarabel and only when ``max_step_fraction`` was not passed.
+    On the federated problems (hundreds of exponential cones, a power cone) Clarabel's default
+    run stalls just short of even its default tolerance 1e-8 on a few per cent of small random
+    instances (status "almost solved" on every rung of the ladder); on the entropic simplex
+    problems it can fail outright (e.g. eg_step with a uniform p of 22 clients and three non-zero
+    responses). Capping the step length at 0.9, then 0.8, of the distance to the cone boundary
+    changes the iterates and solved every such instance tried. The retries run only for Clarabel
+    and only when ``max_step_fraction`` was not passed.
     """
     try:
         return _solve(problem, variable, solver, _CONE_SOLVER, solver_options, oracle)
@@ -1119,7 +1117,7 @@ def qffl_optimum(
         # (Σ p_k s_k^{q+1})^{1/(q+1)}: same argmin as f_q, on the losses' scale (docstring).
         objective = cp.pnorm(cp.multiply(pk ** (1.0 / power), s), power, approx=False)
     problem = cp.Problem(cp.Minimize(objective), [_client_loss_expressions(fd, theta) <= s])
-    x, norm, status, name = _solve_federated(problem, theta, solver, solver_options, "qffl_optimum")
+    x, norm, status, name = _solve_cone(problem, theta, solver, solver_options, "qffl_optimum")
     with np.errstate(over="ignore"):  # beyond float64 the value is +inf, as in qffl_objective
         value = float(np.float64(norm) ** power / power)
     return OracleResult(x, value, status, name)
@@ -1174,6 +1172,6 @@ def afl_optimum(
     t = cp.Variable()
     constraint = _client_loss_expressions(fd, theta) <= t
     problem = cp.Problem(cp.Minimize(t), [constraint])
-    x, value, status, name = _solve_federated(problem, theta, solver, solver_options, "afl_optimum")
+    x, value, status, name = _solve_cone(problem, theta, solver, solver_options, "afl_optimum")
     lam = np.array(constraint.dual_value, dtype=np.float64).reshape(K)
     return MinimaxResult(x, value, lam, status, name)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fairagg import oracles
+from fairagg.simplex import kl_step
 
 # OSQP with eps 1e-12 and polishing: exact to ~1e-15 once polishing finds the active set, ~1e-10
 # from the ADMM iterates alone; these easy cases must be well inside 1e-9.
@@ -404,3 +405,13 @@ def test_bad_types_raise_type_error():
         oracles.entropic_ftrl(Y3, "1.0")
     with pytest.raises(TypeError, match="solver"):
         oracles.project_simplex(Y3, solver=1)
+
+
+def test_eg_step_oracle_retries_with_shorter_steps_where_clarabel_fails():
+    # Clarabel's default run fails outright on this entropic problem (uniform p over 22 clients,
+    # three non-zero responses); a shorter interior-point step solves it.
+    p = np.full(22, 1 / 22)
+    r = np.zeros(22)
+    r[:3] = [-2.75, 2.61328125, -0.375]
+    ref = oracles.eg_step(p, r, 1.0)
+    np.testing.assert_allclose(ref.x, kl_step(p, r, 1.0), rtol=0, atol=np.sqrt(2 * CONE_ATOL))
