@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -115,6 +117,65 @@ def test_qfedsgd_static_step_overflow_is_reported():
         qfedsgd_step([0.0], [[1.0]], [10.0], 400.0, 0.1, static_step=True)
 
 
+def _exact_qfedsgd(grads, losses, q, lr, eps=1e-10):
+    """θ^1 − θ^0 and Σ h_k of q-FedSGD (SPEC §2) in exact rationals, each rounded once."""
+    L = 1 / Fraction(lr)
+    Ft = [Fraction(float(f)) + Fraction(eps) for f in losses]
+    g = [[Fraction(float(x)) for x in row] for row in grads]
+    num = [sum(Ft[k] ** q * g[k][j] for k in range(len(Ft))) for j in range(len(g[0]))]
+    h = sum(
+        q * Ft[k] ** (q - 1) * sum(x * x for x in g[k]) + L * Ft[k] ** q for k in range(len(Ft))
+    )
+    return [float(-n / h) for n in num], float(h)
+
+
+@pytest.mark.parametrize("q", [1, 2])
+def test_qfedsgd_step_in_scaled_form_is_exact_to_rounding(q):
+    """Squared norms below 2^-968 take the scaled form: its step and Σ h_k are the exact
+    values (rounded), with h_k's q F̃^(q-1) ‖g‖² term and the losses' largest power."""
+    G = np.array([[2.0**-600, 0.0], [0.0, 3 * 2.0**-599]])
+    got = qfedsgd_step([0.0, 0.0], G, [1.0, 2.0], float(q), 1.0)
+    want, h = _exact_qfedsgd(G, [1.0, 2.0], q, 1.0)
+    assert_close(got.params / np.array(want), [1.0, 1.0])
+    assert_close(got.h_sum, h)
+
+
+def test_qffl_step_beyond_float64_is_a_clear_error():
+    msg = (
+        r"^the q-FFL step overflows float64 for these deltas \(or grads\) and lr: its entries "
+        r"exceed about 1\.8e308$"
+    )
+    with pytest.raises(ValueError, match=msg):  # lr · 1e10 = 1e310
+        qfedsgd_step([0.0], [[1e10]], [1.0], 0.0, 1e300)
+
+
+def test_qfedsgd_static_step_is_exact_to_rounding_where_the_plain_sum_is_not():
+    """The static step Σ_k w_k ∇F_k with w_k = lr/m (q = 0) where the plain weighted sum
+    overflows in a partial sum or lands among the subnormals: the exact sum, rounded once."""
+    # 1·2^1023 + 1·2^1023 overflows before −2^1023 comes in; the sum is 2^1023.
+    G = [[2.0**1023], [2.0**1023], [-(2.0**1023)]]
+    got = qfedsgd_step([0.0], G, [1.0] * 3, 0.0, 3.0, static_step=True)
+    np.testing.assert_array_equal(got.params, [-(2.0**1023)])
+    # Below 2^-968: 2^-11 (2^-1000, 3·2^-1000) + 2^-11 (2^-1000, 2^-1000), exact.
+    G = [[2.0**-1000, 3 * 2.0**-1000], [2.0**-1000, 2.0**-1000]]
+    got = qfedsgd_step([0.0, 0.0], G, [1.0, 1.0], 0.0, 2.0**-10, static_step=True)
+    np.testing.assert_array_equal(got.params, [-(2.0**-1010), -(2.0**-1009)])
+    # Two terms of 0.6 subnormal units each: the exact sum 1.2 units rounds to 1 unit (the
+    # rounded terms would sum to 2).
+    G = [[0.6 * 2.0**-974], [0.6 * 2.0**-974]]
+    got = qfedsgd_step([0.0], G, [1.0, 1.0], 0.0, 2.0**-99, static_step=True)
+    np.testing.assert_array_equal(got.params, [-(2.0**-1074)])
+
+
+def test_qfedsgd_static_step_beyond_float64_is_a_clear_error():
+    msg = (
+        r"^the step overflows float64 for these grads, losses and lr: its entries exceed "
+        r"about 1\.8e308$"
+    )
+    with pytest.raises(ValueError, match=msg):
+        qfedsgd_step([0.0], [[1e308], [1e308]], [1.0, 1.0], 0.0, 4.0, static_step=True)
+
+
 @given(r=rounds(), q=st.sampled_from([0.0, 1.0, 2.0]))
 def test_qfedsgd_is_qfedavg_with_the_gradient_in_place_of_delta_w(r, q):
     theta, grads, losses = r
@@ -133,7 +194,42 @@ def test_qffl_objective():
     # Beyond float64: a clear error, neither NaN nor a silent inf (nor 0 from an underflow).
     with pytest.raises(ValueError, match="q-FFL objective overflows float64"):
         qffl_objective([2.0], 5000.0)
-    assert_close(qffl_objective([0.5], 999.0), 2.0**-1000 / 1000, scale=1e2)  # log form: 1e-10
+    assert_close(qffl_objective([0.5], 999.0) / (2.0**-1000 / 1000), 1.0)
+
+
+def test_qffl_objective_of_zero_losses_is_0():
+    assert qffl_objective([0.0, 0.0], 1.0) == 0.0
+    assert qffl_objective([0.0], 0.0) == 0.0
+
+
+def test_qffl_objective_is_right_where_the_largest_power_leaves_float64():
+    """F*^(q+1) beyond float64's range, f_q within it: the value itself (the docstring's
+    example), exact where it is a power of two, the exactly rounded value at the edge, and the
+    error just beyond 2^1024."""
+    assert_close(qffl_objective([1.5e154], 1.0), 1.125e308)  # 1.5e154² / 2
+    assert qffl_objective([2.0**-520], 1.0) == 2.0**-1041  # (2^-520)² / 2, F*^2 subnormal
+    # F*^2 = 2^-1022, the smallest normal number: f_q = (F*² + x²) / 4 rounded once.
+    x = 9.501354593527226e-155
+    want = float((Fraction(2.0**-511) ** 2 + Fraction(x) ** 2) / 4)
+    assert qffl_objective([2.0**-511, x], 1.0) == want
+    # f_q = (2^513)² / 4 = 2^1024 exactly: just beyond float64.
+    with pytest.raises(ValueError, match=r"^the q-FFL objective overflows float64 \(q = 1\.0, "):
+        qffl_objective([2.0**513, 0.0], 1.0)
+
+
+def test_qffl_objective_message_names_the_formula_and_the_limit():
+    msg = (
+        r"^the q-FFL objective overflows float64 \(q = 5000\.0, largest loss 2\): "
+        r"f_q = Σ p_k F_k\^\(q\+1\)/\(q\+1\) exceeds about 1\.8e308$"
+    )
+    with pytest.raises(ValueError, match=msg):
+        qffl_objective([2.0], 5000.0)
+
+
+def test_qffl_objective_raises_no_floating_point_error_where_ratios_underflow():
+    # (1e-300)^3 underflows next to the top term's 1: no error even under errstate "raise".
+    with np.errstate(all="raise"):
+        assert_close(qffl_objective([1.0, 1e-300], 2.0), 1 / 6)
 
 
 def test_qffl_objective_zero_weights_and_low_losses_are_valid():
