@@ -304,17 +304,25 @@ def _q_step_scaled(
 def _scaled_weighted_sum(w: np.ndarray, D: np.ndarray, backend: str) -> np.ndarray:
     """Σ_k w_k D_k, exact to rounding where the result is representable: where the plain sum
     overflows in a partial sum (or underflows to subnormals), it is taken over D scaled by one
-    power of two and scaled back; a result beyond float64 is a ValueError."""
+    power of two per column and scaled back; a result beyond float64 is a ValueError."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.asarray(weighted_sum(w, D, backend), dtype=np.float64)
     big = float(np.max(np.abs(out))) if out.size else 0.0
     if np.all(np.isfinite(out)) and (big == 0.0 or big >= 2.0**-968):
         return out
-    top = int(np.frexp(np.max(np.abs(D)))[1])
+    # One power of two per column (entries far below another column's largest keep their bits).
+    top = np.frexp(np.max(np.abs(D), axis=0))[1].astype(np.int64)
     ww, ew = np.frexp(w)
     tw = int(ew[w != 0].max()) if np.any(w != 0) else 0  # a zero weight's exponent 0 is no scale
-    V = weighted_sum(np.ldexp(ww, (ew - tw).astype(np.int32)), np.ldexp(D, -top), backend)
-    out = _ldexp(np.asarray(V, dtype=np.float64), top + tw)
+    V = weighted_sum(
+        np.ldexp(ww, (ew - tw).astype(np.int32)),
+        np.ldexp(D, -top[None, :].astype(np.int32)),
+        backend,
+    )
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.ldexp(
+            np.asarray(V, dtype=np.float64), np.clip(top + tw, -4000, 4000).astype(np.int32)
+        )
     if not np.all(np.isfinite(out)):
         raise ValueError(
             "the step overflows float64 for these grads, losses and lr: its entries exceed "
