@@ -225,6 +225,19 @@ def test_weights_reject_bad_input(kwargs, exc, match):
         fedfa_weights(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["eps_a", "eps_f"])
+@pytest.mark.parametrize(
+    ("value", "match"), [(0.0, r"must be > 0\.0; got 0\.0$"), (0.5, r"must be < 0\.5; got 0\.5$")]
+)
+def test_eps_bounds_are_open_at_0_and_one_half(name, value, match):
+    """ε_a and ε_f lie in the open interval (0, 1/2): both ends are refused, by the weights
+    and by the rule, with the argument's name."""
+    with pytest.raises(ValueError, match=f"^{name} {match}"):
+        fedfa_information([0.5, 0.2], [1, 1], **{name: value})
+    with pytest.raises(ValueError, match=f"^{name} {match}"):
+        fedfa(**{name: value})
+
+
 # --- server momentum -------------------------------------------------------------------------
 def test_server_step_by_hand():
     theta, avg, mom = np.array([1.0, -2.0]), np.array([0.5, -1.0]), np.array([0.2, 0.0])
