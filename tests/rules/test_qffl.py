@@ -156,6 +156,10 @@ def test_qfedsgd_static_step_is_exact_to_rounding_where_the_plain_sum_is_not():
     G = [[2.0**1023], [2.0**1023], [-(2.0**1023)]]
     got = qfedsgd_step([0.0], G, [1.0] * 3, 0.0, 3.0, static_step=True)
     np.testing.assert_array_equal(got.params, [-(2.0**1023)])
+    # 2·2^1023 twice and −2·2^1023 twice: inf − inf in the plain sum, no warning, exactly 0.
+    G = [[2.0**1023], [2.0**1023], [-(2.0**1023)], [-(2.0**1023)]]
+    got = qfedsgd_step([1.0], G, [1.0] * 4, 0.0, 8.0, static_step=True)
+    np.testing.assert_array_equal(got.params, [1.0])
     # ... and an entry far below that column's keeps its bits (2^-1000, not 0).
     G = [[2.0**1023, 2.0**-1000], [2.0**1023, 0.0], [-(2.0**1023), 0.0]]
     got = qfedsgd_step([0.0, 0.0], G, [1.0] * 3, 0.0, 3.0, static_step=True)
