@@ -544,6 +544,14 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fairagg`` console script; returns the exit status."""
+    if argv is not None and (
+        isinstance(argv, (str, bytes))
+        or not isinstance(argv, Sequence)
+        or not all(isinstance(a, str) for a in argv)
+    ):
+        raise TypeError(
+            f"argv must be a sequence of str (the command line) or None; got {type(argv).__name__}"
+        )
     parser = _build_parser()
     args = parser.parse_args(argv)
     command = {

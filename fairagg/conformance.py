@@ -60,6 +60,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -540,7 +541,9 @@ class Adapter:
             if not isinstance(getattr(self, name), Mapping):
                 raise TypeError(f"Adapter.{name} must be a mapping")
         if self.outputs is not None and not isinstance(self.outputs, str):
-            if not all(isinstance(o, str) for o in self.outputs):
+            if not isinstance(self.outputs, Sequence) or not all(
+                isinstance(o, str) for o in self.outputs
+            ):
                 raise TypeError("Adapter.outputs must be a name or a sequence of names")
         if self.call is not None and not callable(self.call):
             raise TypeError("Adapter.call must be callable")
@@ -1462,6 +1465,8 @@ def check(
         )
     if adapter.stateful and kind != "rule":
         raise ValueError("Adapter(stateful=True) applies to rules only")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of parameter names; got {type(params).__name__}")
     fixed = dict(params or {})
     known = _default_params(target, {})
     unknown = sorted(set(fixed) - set(known))
@@ -1472,15 +1477,22 @@ def check(
         )
     if kind == "rule":
         make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
+    # a tolerance of infinity would pass every comparison: finite, >= 0
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a non-negative number; got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < math.inf
+        ):
+            raise ValueError(f"{name} must be a finite non-negative number; got {value!r}")
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
+    if isinstance(golden, str) or not isinstance(golden, (bool, Iterable)):
+        raise TypeError(
+            f"golden must be a bool or an iterable of case names; got {type(golden).__name__}"
+        )
     if not golden and not hypothesis:
         raise ValueError("nothing to check: golden and hypothesis are both off")
-    if isinstance(golden, str):
-        raise TypeError("golden must be a bool or an iterable of case names, not a str")
     checker = _Checker(fn, target, adapter, fixed, (float(rtol), float(atol)))
     names = None if isinstance(golden, bool) else list(golden)
     n_golden = n_generated = skipped = 0

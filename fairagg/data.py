@@ -265,7 +265,9 @@ def synthetic_clients(
         raise TypeError(f"iid must be a bool; got {type(iid).__name__} {iid!r}")
     seed = check_int(seed, "seed", low=0)
     if max_samples_per_client is not None:
-        max_samples_per_client = check_int(max_samples_per_client, "max_samples_per_client", low=1)
+        max_samples_per_client = check_count(
+            max_samples_per_client, "max_samples_per_client", low=1
+        )
 
     d, c = SYNTHETIC_DIM, SYNTHETIC_CLASSES
     rng = np.random.default_rng(seed)

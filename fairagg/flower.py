@@ -397,6 +397,8 @@ def evaluate_reply(model: FlatModel, data: Any, client_id: int, content: RecordD
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     n_train, n_test = _check_data(data)
     k = _check_client(client_id, n_train.size)
+    if not isinstance(content, RecordDict):
+        raise TypeError(f"content must be a flwr.app.RecordDict; got {type(content).__name__}")
     _, arrays = _single_record(content, "ArrayRecord", "an evaluate message")
     theta = arrays_to_params(arrays)
     lo, hi = int(data.test_offsets[k]), int(data.test_offsets[k + 1])
@@ -1111,6 +1113,10 @@ def _ensure_task_identity() -> None:
             setattr(TaskIdentity, attr, value)
 
 
+#: The most virtual nodes an :class:`InProcessGrid` holds (each has a Context in memory).
+_MAX_NODES = 2**20
+
+
 class InProcessGrid(Grid):
     """A Flower Grid that runs a ClientApp on ``num_nodes`` virtual nodes in this process.
 
@@ -1134,7 +1140,13 @@ class InProcessGrid(Grid):
     ) -> None:
         if not callable(client_app):
             raise TypeError(f"client_app must be a ClientApp; got {type(client_app).__name__}")
-        num_nodes = check_int(num_nodes, "num_nodes", low=1)
+        num_nodes = check_count(num_nodes, "num_nodes", low=1, high=_MAX_NODES)
+        seed = check_int(seed, "seed", low=0)
+        if isinstance(failing, (str, bytes)) or not isinstance(failing, Iterable):
+            raise TypeError(
+                f"failing must be an iterable of partition ids; got {type(failing).__name__}"
+            )
+        failing = [check_int(i, "failing", low=0, high=num_nodes - 1) for i in failing]
         rng = np.random.default_rng([seed, 7])
         ids: list[int] = []
         while len(ids) < num_nodes:
@@ -1144,7 +1156,7 @@ class InProcessGrid(Grid):
         _ensure_task_identity()
         self.client_app = client_app
         self.partition_of = {nid: i for i, nid in enumerate(ids)}
-        self.failing = {check_int(i, "failing", low=0, high=num_nodes - 1) for i in failing}
+        self.failing = set(failing)
         self.contexts = {
             nid: Context(
                 run_id=0,

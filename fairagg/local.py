@@ -38,7 +38,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import as_int_array, check_int, check_real
+from ._checks import (
+    as_float_array,
+    as_int_array,
+    check_count,
+    check_federated_data,
+    check_int,
+    check_real,
+)
 from .models import FlatModel
 from .models._kernels import gradient_clients, sgd_clients_parallel, sgd_clients_serial
 
@@ -55,6 +62,9 @@ __all__ = [
 
 #: Stream tag of the local-training shuffles in ``default_rng([seed, tag, round, client])``.
 SHUFFLE_STREAM = 1
+
+#: The most shuffled row indices one call may hold (epochs · rows): 2^31 int64s are 16 GiB.
+MAX_SHUFFLE = 2**31
 
 
 class LocalResult(NamedTuple):
@@ -84,6 +94,15 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
     Row e is ``rng.permutation(num_samples)`` for the e-th call on
     ``rng = np.random.default_rng([seed, 1, round_index, client])``.
     """
+    num_samples = check_count(num_samples, "num_samples", low=1)
+    epochs = check_count(epochs, "epochs", low=1)
+    if num_samples * epochs > MAX_SHUFFLE:
+        raise ValueError(
+            f"epochs · num_samples = {epochs}·{num_samples} exceeds {MAX_SHUFFLE} entries"
+        )
+    seed = check_int(seed, "seed", low=0)
+    round_index = check_int(round_index, "round_index", low=0)
+    client = check_int(client, "client", low=0)
     rng = np.random.default_rng([seed, SHUFFLE_STREAM, round_index, client])
     out = np.empty((epochs, num_samples), dtype=np.int64)
     for e in range(epochs):
@@ -93,8 +112,8 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
 
 def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: Any):
     return (
-        check_int(epochs, "epochs", low=1),
-        check_int(batch_size, "batch_size", low=1),
+        check_count(epochs, "epochs", low=1),
+        check_count(batch_size, "batch_size", low=1),
         check_real(lr, "lr", low=0.0, low_open=True),
         check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True),
         check_real(prox_mu, "prox_mu", low=0.0),
@@ -122,7 +141,15 @@ def check_propfair(
 
 def propfair_scale(f: float, m: float, epsilon: float, huber: bool) -> float:
     """The factor PropFair's surrogate puts on the gradient of a minibatch loss f (SPEC §6):
-    d/df of −log(1 − f/M) = 1/(M − f) where M − f ≥ ε, else 1/M (1/ε with ``huber``)."""
+    d/df of −log(1 − f/M) = 1/(M − f) where M − f ≥ ε, else 1/M (1/ε with ``huber``).
+    M > ε > 0, as :func:`check_propfair` requires."""
+    f = check_real(f, "f")
+    m = check_real(m, "m")
+    m, epsilon, huber = check_propfair(m, epsilon, huber, ("m", "epsilon", "huber"))
+    return _propfair_factor(f, m, epsilon, huber)
+
+
+def _propfair_factor(f: float, m: float, epsilon: float, huber: bool) -> float:
     gap = m - f
     if gap >= epsilon:
         return 1.0 / gap
@@ -187,6 +214,7 @@ def train_clients(
         epochs, batch_size, lr, momentum, prox_mu
     )
     pf = check_propfair(propfair_m, propfair_epsilon, propfair_huber)
+    seed, round_index = _check_seeds(seed, round_index)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
     m, d = ids.size, theta.size
     out = _check_out(out, m, d, theta.dtype)
@@ -227,7 +255,7 @@ def trained_accuracies(
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = model._check_params(params)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
-    D = np.asarray(deltas)
+    D = as_float_array(deltas, "deltas", ndim=2)
     if D.shape != (ids.size, theta.size):
         raise ValueError(f"deltas must have shape ({ids.size}, {theta.size}); got {D.shape}")
     out = np.empty(ids.size, dtype=np.float64)
@@ -237,8 +265,13 @@ def trained_accuracies(
     return out
 
 
+def _check_seeds(seed: Any, round_index: Any) -> tuple[int, int]:
+    return check_int(seed, "seed", low=0), check_int(round_index, "round_index", low=0)
+
+
 def _client_rows(clients: Any, data: Any, dtype: Any):
     """Validated client indices, the training arrays in ``dtype`` and each client's row range."""
+    data = check_federated_data(data)
     ids = as_int_array(clients, "clients", ndim=1, min_value=0)
     offsets = np.asarray(data.train_offsets, dtype=np.int64)
     K = offsets.size - 1
@@ -294,7 +327,8 @@ def client_gradients(
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = np.ascontiguousarray(model._check_params(params))
-    bsz = None if batch_size is None else check_int(batch_size, "batch_size", low=1)
+    bsz = None if batch_size is None else check_count(batch_size, "batch_size", low=1)
+    seed, round_index = _check_seeds(seed, round_index)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
     m, d = ids.size, theta.size
     out = _check_out(out, m, d, theta.dtype)
@@ -355,22 +389,34 @@ def sgd_reference(
     loss, accuracy : float
         F_k(θ^t) and the training accuracy of θ^t.
     """
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     theta = model._check_params(params)
+    X, y = model._check_data(X, y)
     _, batch_size, lr, momentum, prox_mu = _check_hyper(1, batch_size, lr, momentum, prox_mu)
     pf_m, pf_eps, pf_huber = check_propfair(propfair_m, propfair_epsilon, propfair_huber)
     order = as_int_array(order, "order", ndim=2, min_value=0)
+    if order.size and order.max() >= X.shape[0]:
+        raise ValueError(f"order must index the {X.shape[0]} rows of X; got {order.max()}")
     loss0 = model.loss(theta, X, y)
     acc0 = model.accuracy(theta, X, y)
     w = theta.copy()
     v = np.zeros_like(w)
     n = order.shape[1]
-    for perm in order:
-        for s in range(0, n, batch_size):
-            batch = perm[s : s + batch_size]
-            g = model.grad(w, X[batch], y[batch])
-            if pf_m > 0:
-                g = g * propfair_scale(model.loss(w, X[batch], y[batch]), pf_m, pf_eps, pf_huber)
-            g = g + prox_mu * (w - theta)
-            v = momentum * v + g
-            w = w - lr * v
+    # a diverging run overflows on its way: reported once, at the end, as simulate does
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for perm in order:
+            for s in range(0, n, batch_size):
+                batch = perm[s : s + batch_size]
+                g = model.grad(w, X[batch], y[batch])
+                if pf_m > 0:
+                    f = model.loss(w, X[batch], y[batch])
+                    g = g * _propfair_factor(f, pf_m, pf_eps, pf_huber)
+                g = g + prox_mu * (w - theta)
+                v = momentum * v + g
+                w = w - lr * v
+                if not np.all(np.isfinite(w)):
+                    raise FloatingPointError(
+                        f"local training diverged: non-finite parameters (lower lr, currently {lr})"
+                    )
     return theta - w, loss0, acc0

@@ -6,11 +6,14 @@ PNG; overlaying several histories is how ``fairagg compare`` shows rules side by
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ._checks import check_int
 from .metrics import acf
 from .simulate import History
 
@@ -26,8 +29,32 @@ def _pyplot():
     return plt
 
 
+def _check_plot_args(histories: Any, path: Any) -> None:
+    """``histories`` a non-empty mapping of str labels to histories with at least one
+    evaluation, ``path`` a str or path-like (a TypeError or ValueError naming the argument)."""
+    if not isinstance(histories, Mapping):
+        raise TypeError(
+            f"histories must be a mapping of labels to fairagg.History; got "
+            f"{type(histories).__name__}"
+        )
+    if not histories:
+        raise ValueError("histories must hold at least one history; got none")
+    for label, h in histories.items():
+        if not isinstance(label, str):
+            raise TypeError(f"histories' labels must be str; got {type(label).__name__}")
+        if not isinstance(h, History):
+            raise TypeError(
+                f"histories[{label!r}] must be a fairagg.History; got {type(h).__name__}"
+            )
+        if h.num_test_samples is None or not h._rows["test_accuracy"]:
+            raise ValueError(f"histories[{label!r}] holds no evaluation to plot")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path; got {type(path).__name__}")
+
+
 def plot_curves(histories: Mapping[str, History], path: str | Path) -> Path:
     """Mean test accuracy (sample-weighted, %) and mean training loss against the round."""
+    _check_plot_args(histories, path)
     plt = _pyplot()
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
     for label, h in histories.items():
@@ -39,13 +66,14 @@ def plot_curves(histories: Mapping[str, History], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return Path(path)
 
 
 def plot_accuracy_distribution(histories: Mapping[str, History], path: str | Path) -> Path:
     """Histogram of the final per-client test accuracies (%), one outline per history."""
+    _check_plot_args(histories, path)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     bins = np.linspace(0, 100, 21)
@@ -60,7 +88,7 @@ def plot_accuracy_distribution(histories: Mapping[str, History], path: str | Pat
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return Path(path)
 
@@ -71,6 +99,8 @@ def plot_acf(histories: Mapping[str, History], path: str | Path, max_lag: int = 
     A history whose series is constant (ACF undefined) is listed in the legend as such and not
     drawn.
     """
+    _check_plot_args(histories, path)
+    max_lag = check_int(max_lag, "max_lag", low=1)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, h in histories.items():
@@ -89,6 +119,6 @@ def plot_acf(histories: Mapping[str, History], path: str | Path, max_lag: int = 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return Path(path)

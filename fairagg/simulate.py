@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._checks import check_choice, check_federated_data, check_int, check_real
-from .local import check_propfair, client_gradients, train_clients, trained_accuracies
+from ._checks import as_int_array, check_choice, check_federated_data, check_int, check_real
+from .local import _check_hyper, check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .models import FlatModel
 from .rules import check_rule_name, make_rule
@@ -66,12 +66,18 @@ class History:
         num_train_samples: Any = None,
         num_test_samples: Any = None,
     ) -> None:
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict; got {type(config).__name__}")
         self.config: dict[str, Any] = dict(config or {})
         self.num_train_samples = (
-            None if num_train_samples is None else np.asarray(num_train_samples, dtype=np.int64)
+            None
+            if num_train_samples is None
+            else as_int_array(num_train_samples, "num_train_samples", ndim=1, min_value=0)
         )
         self.num_test_samples = (
-            None if num_test_samples is None else np.asarray(num_test_samples, dtype=np.int64)
+            None
+            if num_test_samples is None
+            else as_int_array(num_test_samples, "num_test_samples", ndim=1, min_value=0)
         )
         self._rows: dict[str, list[Any]] = {k: [] for k in _ROUND_FIELDS + _EVAL_FIELDS}
         self.final_params: np.ndarray | None = None
@@ -268,6 +274,13 @@ def simulate(
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     data = check_federated_data(data)
+    epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
+        epochs, batch_size, lr, momentum, prox_mu
+    )
+    if history is not None and not isinstance(history, History):
+        raise TypeError(f"history must be a fairagg.History or None; got {type(history).__name__}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None; got {type(callback).__name__}")
     K = int(np.asarray(data.train_offsets).size - 1)
     T = check_int(rounds, "rounds", low=1)
     m = check_int(clients_per_round, "clients_per_round", low=1, high=K)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -976,6 +977,7 @@ def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, Cas
 
 def generate(seed: int = DEFAULT_SEED) -> list[Json]:
     """Every case, as decoded dicts (arrays as NumPy arrays), in a fixed order."""
+    seed = check_int(seed, "seed", low=0)
     out = []
     for name in RULES:
         rng = _seed_for(seed, "rule", name)
@@ -1023,6 +1025,9 @@ def _relpath(case: Json) -> Path:
 def write_vectors(out: Path | str, seed: int = DEFAULT_SEED) -> list[Path]:
     """Write every case under ``out`` (created), with ``schema.json`` and ``index.json``;
     returns the JSON files written. Existing case files of the same names are replaced."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be a str or a path; got {type(out).__name__}")
+    seed = check_int(seed, "seed", low=0)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     written = []
@@ -1058,9 +1063,21 @@ def write_vectors(out: Path | str, seed: int = DEFAULT_SEED) -> list[Path]:
     return written
 
 
+def _existing(path: Any, name: str, *, folder: bool) -> Path:
+    """``path`` as a Path to an existing file (or folder): a TypeError naming ``name`` for
+    something that is not a path, a FileNotFoundError naming it for a path that is missing."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or a path; got {type(path).__name__}")
+    p = Path(path)
+    if not (p.is_dir() if folder else p.is_file()):
+        what = "folder" if folder else "file"
+        raise FileNotFoundError(f"{name} must be an existing {what}; got {str(p)!r}")
+    return p
+
+
 def load_case(path: Path | str) -> Json:
     """A case file with its arrays decoded (``.npy`` files read from beside it)."""
-    p = Path(path)
+    p = _existing(path, "path", folder=False)
     body = json.loads(p.read_text())
     if body.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(
@@ -1149,7 +1166,9 @@ def compare_vectors(root: Path | str) -> list[CaseCheck]:
     the stored expectations: one :class:`CaseCheck` per case, in the index's order, with the
     failing comparisons and how far the recomputed outputs are from the stored ones (in ulps
     and as a fraction of the tolerance)."""
-    base = Path(root)
+    base = _existing(root, "root", folder=True)
+    if not (base / "index.json").is_file():
+        raise FileNotFoundError(f"root {str(base)!r} holds no index.json (see write_vectors)")
     index = json.loads((base / "index.json").read_text())
     checks = []
     for entry in index["cases"]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from . import _kernels
 
-__all__ = ["FlatModel", "check_dims", "check_init_args"]
+__all__ = ["FlatModel", "check_dims", "check_init_args", "l2_penalty"]
 
 
 def _check_real_array(x: Any, name: str, ndim: int) -> np.ndarray:
@@ -185,6 +186,20 @@ class FlatModel:
         return losses, correct / sizes
 
 
+#: The most parameters a model may have (2^40 float64 are 8 TiB): a product of dimensions beyond
+#: it is refused naming them, not by numpy when the parameter vector is allocated.
+_MAX_PARAMS = 2**40
+
+
+def l2_penalty(l2: float, *weights: np.ndarray) -> float:
+    """``l2/2 · Σ ||W||²`` over the weight blocks: exactly 0 when ``l2`` is 0 (not 0 · inf = NaN
+    for weights whose squares overflow), +inf when the penalty itself exceeds float64."""
+    if l2 == 0:
+        return 0.0
+    with np.errstate(over="ignore"):
+        return float(0.5 * l2 * sum(float(np.sum(w * w)) for w in weights))
+
+
 def check_dims(n_features: Any, n_classes: Any, l2: Any, n_hidden: Any = None) -> None:
     for name, v, low in (("n_features", n_features, 1), ("n_classes", n_classes, 2)) + (
         (("n_hidden", n_hidden, 1),) if n_hidden is not None else ()
@@ -193,6 +208,10 @@ def check_dims(n_features: Any, n_classes: Any, l2: Any, n_hidden: Any = None) -
             raise TypeError(f"{name} must be an integer; got {type(v).__name__}")
         if v < low:
             raise ValueError(f"{name} must be >= {low}; got {v}")
+    dims = [int(n_features), int(n_classes)] + ([int(n_hidden)] if n_hidden is not None else [])
+    if math.prod(dims) > _MAX_PARAMS:
+        names = " · ".join(["n_features", "n_classes"] + (["n_hidden"] if n_hidden else []))
+        raise ValueError(f"{names} = {math.prod(dims)} exceeds {_MAX_PARAMS} parameters")
     if isinstance(l2, bool) or not isinstance(l2, (int, float, np.floating, np.integer)):
         raise TypeError(f"l2 must be a real number; got {type(l2).__name__}")
     if not np.isfinite(l2) or l2 < 0:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._base import FlatModel, check_dims, check_init_args
+from ._base import FlatModel, check_dims, check_init_args, l2_penalty
 
 __all__ = ["LogisticRegression"]
 
@@ -90,7 +90,7 @@ class LogisticRegression(FlatModel):
         Z = Z - Z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(Z).sum(axis=1))
         rows = np.arange(n)
-        loss = float(np.mean(lse - Z[rows, y]) + 0.5 * self.l2 * np.sum(W * W))
+        loss = float(np.mean(lse - Z[rows, y]) + l2_penalty(self.l2, W))
         P = np.exp(Z - lse[:, None])
         P[rows, y] -= 1.0
         gW = P.T @ X / n + self.l2 * W

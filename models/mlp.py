@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from ._base import FlatModel, check_dims, check_init_args
+from ._base import FlatModel, check_dims, check_init_args, l2_penalty
 
 __all__ = ["MLP"]
 
@@ -53,6 +53,8 @@ class MLP(FlatModel):
     l2: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.n_hidden is None:
+            raise TypeError("n_hidden must be an integer; got NoneType")
         check_dims(self.n_features, self.n_classes, self.l2, self.n_hidden)
         if self.activation not in _ACTIVATIONS:
             raise ValueError(
@@ -116,8 +118,7 @@ class MLP(FlatModel):
         Z = Z - Z.max(axis=1, keepdims=True)
         lse = np.log(np.exp(Z).sum(axis=1))
         rows = np.arange(n)
-        reg = np.sum(W1 * W1) + np.sum(W2 * W2)
-        loss = float(np.mean(lse - Z[rows, y]) + 0.5 * self.l2 * reg)
+        loss = float(np.mean(lse - Z[rows, y]) + l2_penalty(self.l2, W1, W2))
         dZ = np.exp(Z - lse[:, None])
         dZ[rows, y] -= 1.0
         dZ /= n
