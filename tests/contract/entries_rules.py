@@ -204,7 +204,7 @@ FUNCTIONS = {
             "selected": np.arange(k - 1),
         }
     ),
-    "fairagg.rules.aaggff.client_indices": Entry(
+    "fairagg.types.client_indices": Entry(
         valid=lambda draw: {"reports": _reports(draw), "num_clients": 6}
     ),
     # fedfv
