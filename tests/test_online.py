@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -1073,6 +1074,11 @@ P3 = np.full(3, 1.0 / 3.0)
             lambda: dr_gradient([0.5, 0.5], [0.1, 0.1], -1.0),
             r"^dr_gradient needs 1 \+ r_bar \* sum\(p\) > 0; got 0.0$",
         ),
+        (
+            lambda: dr_gradient([0.5, 0.5], [1.5e308, 0.0], -0.5),  # −ř/D = −3e308 with D = ½
+            r"^the doubly-robust gradient overflows float64: responses beyond about 1e308 "
+            r"\(r_bar = -0\.5\)$",
+        ),
         (lambda: official_first_decision(0, 0.5), r"^num_clients must be >= 1; got 0$"),
         (
             lambda: official_first_decision(3, 0.0),
@@ -1591,3 +1597,79 @@ def test_best_fixed_decision_tol_is_relative_to_max_of_one_and_value():
     assert best_fixed_decision(small, tol=0.25).iterations == 0
     assert_close(best_fixed_decision(small, tol=0.25).gap, 0.2)
     assert best_fixed_decision(small, tol=0.15).iterations >= 1
+
+
+def test_best_fixed_decision_stops_when_the_gap_equals_tol():
+    # tol is the gap at which to stop: at the uniform start of [[0.5, 0]] the gap is exactly 0.2
+    # (∇f = [0.4, 0]) and f = log 1.25 < 1, so tol = 0.2 stops there.
+    best = best_fixed_decision([[0.5, 0.0]], tol=0.2)
+    assert best.iterations == 0
+    assert best.gap == 0.2
+    np.testing.assert_array_equal(best.p, [0.5, 0.5])
+
+
+def frank_wolfe_gap(R: np.ndarray, p: np.ndarray) -> float:
+    """max_i ∇_i f − ⟨∇f, p⟩ for f(p) = Σ_t log(1 + ⟨p, r_t⟩)."""
+    grad = (R / (1.0 + R @ p)[:, None]).sum(axis=0)
+    return float(np.max(grad) - grad @ p)
+
+
+# Sequences on which the proximal-Newton step must backtrack (to 1/32 of the step), or where
+# H = Σ w wᵀ is of size 1e12 along 1 (a round with every response at −0.999999) so that only the
+# damping μ keeps the QP's matrix positive definite at working precision.
+HARD_RESPONSES = {
+    "backtracking": np.array([[100.0, -0.99], [-0.99, -0.99], [-0.99, 0.0]]),
+    "damping": np.array([[0.0, -0.99, -0.999999], [-0.999999, -0.999999, -0.99]]),
+    "constant-round": np.array(
+        [[-0.999999, 1000.0], [10.0, 1000.0], [-0.999999, -0.999999], [1.0, -0.5]]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HARD_RESPONSES))
+def test_best_fixed_decision_converges_to_tol_on_hard_sequences(name):
+    R = HARD_RESPONSES[name]
+    best = best_fixed_decision(R)
+    assert best.gap <= 1e-13 * max(1.0, abs(best.value))  # certified to tol, not merely stalled
+    assert_close(best.gap, max(frank_wolfe_gap(R, best.p), 0.0))
+    assert best.value == log_value(R, best.p)
+    ref = oracles.best_fixed_decision(R)
+    np.testing.assert_allclose(best.value, ref.value, rtol=ORACLE_EXP_CONE, atol=ORACLE_EXP_CONE)
+
+
+def test_best_fixed_decision_backtracking_hand_example():
+    # p = (x, 1 − x): f = log(0.01 + 100.99x) + log 0.01 + log(1 − 0.99x) is maximal where
+    # 100.99 (1 − 0.99x) = 0.99 (0.01 + 100.99x), i.e. x = 100.9801 / 199.9602.
+    x = 100.9801 / 199.9602
+    best = best_fixed_decision(HARD_RESPONSES["backtracking"])
+    assert_close(best.p, [x, 1.0 - x])
+    assert_close(best.value, math.log(0.01 + 100.99 * x) + math.log(0.01) + math.log(1 - 0.99 * x))
+
+
+def test_best_fixed_decision_reports_the_gap_at_its_p_when_it_stops_at_max_iter():
+    # The stalled run of test_best_fixed_decision_stalled_run_uses_all_default_iterations: the
+    # loop ends at the iteration limit, and the gap and value returned are those of the p returned.
+    R = np.maximum(np.random.default_rng(0).uniform(-1.0, 1.0, (10, 3)) * 1000.0, -0.999)
+    best = best_fixed_decision(R)
+    assert 0.0 < best.gap <= 1e3 * 1e-13 * max(1.0, abs(best.value))
+    assert_close(best.gap, frank_wolfe_gap(R, best.p))
+    assert best.value == log_value(R, best.p)
+
+
+def test_best_fixed_decision_never_returns_an_uncertified_answer():
+    # A round with every response at −0.999999 puts ∇f at about −1e6 · 1, so the gap cannot be
+    # resolved to 1e-13 and the line search stalls: a RuntimeError (or, should the method ever
+    # manage, a certified answer), never anything else.
+    R = np.array([[-0.999999, 1.0], [0.0, -0.99], [-0.999999, -0.999999]])
+    try:
+        best = best_fixed_decision(R)
+    except RuntimeError as err:
+        assert re.fullmatch(
+            r"best_fixed_decision did not converge: gap \S+ after \d+ steps "
+            r"\(raise max_iter or tol\)",
+            str(err),
+        )
+    else:
+        assert isinstance(best, BestFixedDecision)
+        assert best.gap <= 1e3 * 1e-13 * max(1.0, abs(best.value))
+        assert_close(best.gap, max(frank_wolfe_gap(R, best.p), 0.0))
