@@ -328,6 +328,12 @@ def test_afl_step_overflow_in_inf_minus_inf_is_the_documented_error():
         afl_step(np.zeros(1), [[1e308], [-1e308]], [1.0, 1.0], [0.5, 0.5], 10.0, 0.1)
 
 
+def test_afl_step_finite_entries_near_float64_max_are_not_an_overflow():
+    # Every entry of θ^{t+1} is finite although their sum is not: no error, θ^t is returned.
+    res = afl_step([1e308, 1e308], [[0.0, 0.0]], [1.0], [1.0], 0.1, 0.1)
+    np.testing.assert_array_equal(res.params, [1e308, 1e308])
+
+
 def test_afl_rule_hyperparameters_and_local_spec():
     rule = afl(lr=0.3, lambda_lr=0.2, batch_size=4, backend="numba")
     assert rule.hyperparams == {"lr": 0.3, "lambda_lr": 0.2, "batch_size": 4, "backend": "numba"}

@@ -419,8 +419,12 @@ def test_cuda_backend_takes_device_arrays_and_checks_them():
     for deltas, exc, match in bad:
         with pytest.raises(exc, match=match):
             apply_weighted_update(theta, deltas, [1.0], backend="cuda")
-    with pytest.raises(TypeError, match=r"^CUDA device arrays need backend='cuda'; got backend="):
+    with pytest.raises(TypeError) as info:
         apply_weighted_update(theta, cuda.to_device(D), [0.5, 0.5])
+    assert str(info.value) == (
+        "CUDA device arrays need backend='cuda'; got backend='numpy' (copy them to the host with "
+        ".copy_to_host() for the CPU backends)"
+    )
     with pytest.raises(TypeError, match=r"^CUDA device arrays need backend='cuda'; got backend="):
         apply_weighted_update(cuda.to_device(theta), D, [0.5, 0.5])
     with pytest.raises(ValueError, match=r"^params must be 1-D; got shape \(1, 3\)"):

@@ -10,7 +10,7 @@ import pytest
 from fairagg import LocalSpec, fedavg, make_reports, simulate
 from fairagg.data import synthetic
 from fairagg.models import LogisticRegression
-from fairagg.rules.propfair import propfair
+from fairagg.rules.propfair import check_losses_below, propfair
 from tests.tolerances import assert_close
 
 
@@ -52,6 +52,41 @@ def test_m_not_above_every_loss_is_an_error(worst):
 def test_bad_hyperparameters(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         propfair(**kwargs)
+
+
+def test_m_none_is_a_type_error_not_training_on_the_loss():
+    with pytest.raises(TypeError, match=r"^M must be a real number; got NoneType$"):
+        propfair(M=None)
+
+
+@pytest.mark.parametrize(
+    ("losses", "m", "exc", "match"),
+    [
+        ([1.0], 0.0, ValueError, r"^m must be > 0\.0; got 0\.0$"),
+        ([1.0], -2.0, ValueError, r"^m must be > 0\.0; got -2\.0$"),
+        ([1.0], "5", TypeError, r"^m must be a real number; got str"),
+        ([[1.0]], 5.0, ValueError, r"^losses must be 1-dimensional; got shape \(1, 1\)$"),
+        ([], 5.0, ValueError, r"^losses must have at least 1 entry along its first axis"),
+        ([1.0, np.nan], 5.0, ValueError, r"^losses must be finite"),
+        ([-1.0, 2.0], 5.0, ValueError, r"^losses must be non-negative; minimum is -1\.0$"),
+        ([1.0, 5.0], 5.0, ValueError, r"^losses must all be below PropFair's M = 5\.0; got a "),
+    ],
+)
+def test_check_losses_below_errors_name_the_argument_and_value(losses, m, exc, match):
+    with pytest.raises(exc, match=match):
+        check_losses_below(losses, m)
+
+
+@pytest.mark.parametrize(
+    ("losses", "m"),
+    [
+        ([0.0, 1.0], 2.0),  # a zero loss is non-negative
+        ([0.25], 0.5),  # one client; any M > 0 above the losses
+        (np.array([0, 1]), 2.0),  # integer losses
+    ],
+)
+def test_check_losses_below_accepts_losses_below_m(losses, m):
+    assert check_losses_below(losses, m) is None
 
 
 def test_propfair_tends_to_fedavg_in_a_simulation():

@@ -4,6 +4,7 @@ variant (SPEC §6)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -83,6 +84,32 @@ def test_large_tilt_follows_the_worst_client_without_overflow():
     assert w[1] > 1 - 1e-4 and math.isclose(w.sum(), 1.0, rel_tol=1e-12)
     w = term_weights(F, -1e4)  # and the best client for a large negative tilt
     assert w[0] == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("losses", "tilt", "want"),
+    [
+        ([1.0, 2.0], 1e308, [0.0, 1.0]),  # the docstring's example
+        ([1.0, 3.0], 1e308, [0.0, 1.0]),  # t (F_k − F*) below the float range: −inf, weight 0
+        ([1.0, 3.0], -1e308, [1.0, 0.0]),  # F* the smallest loss for t < 0
+    ],
+)
+def test_term_weights_at_tilts_near_the_float_range_are_exact_limits_without_warnings(
+    losses, tilt, want
+):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(term_weights(losses, tilt), want)
+
+
+def test_term_weights_keep_tiny_weights_that_do_not_underflow():
+    # n = [1, 10^18], F = [720, 0], t = 1: ω_2 = 1 / (1 + e^720 / 10^18) ≈ exp(log 10^18 − 720),
+    # about 1e-295, a normal float64: it must not be flushed to 0.
+    N = 10**18
+    w = term_weights([720.0, 0.0], 1.0, [1, N])
+    log_w1 = -math.log1p(N * math.exp(-720.0))
+    # Compared in logs: the closed-form tolerance is then relative on the tiny weight too.
+    assert_close(np.log(w), [log_w1, math.log(N) - 720.0 + log_w1])
 
 
 # --------------------------------------------------------------------------------------------
