@@ -320,6 +320,11 @@ def test_afl_step_computes_in_float64_and_takes_integer_losses():
     got = afl_step(theta, G, F32, lam, 0.1, 0.3)
     want = afl_step(theta, G, F32.astype(np.float64), lam, 0.1, 0.3)
     np.testing.assert_array_equal(got.mixture, want.mixture)
+    # An interior projection: γ_λ F is formed in float64, not in the losses' float32.
+    F32 = np.array([0.1, 0.3], dtype=np.float32)
+    got = afl_step(theta, G, F32, [0.5, 0.5], 0.1, 0.1)
+    want = project_simplex(np.array([0.5, 0.5]) + 0.1 * F32.astype(np.float64))
+    np.testing.assert_array_equal(got.mixture, want)
 
 
 def test_afl_step_overflow_in_inf_minus_inf_is_the_documented_error():
@@ -357,7 +362,7 @@ def test_afl_default_lambda_lr_is_0_01():
     [
         (lambda: afl(lr=-1.0), ValueError, r"lr must be > 0.0; got -1.0"),
         (lambda: afl(lambda_lr=0.0), ValueError, r"lambda_lr must be > 0.0; got 0.0"),
-        (lambda: afl(batch_size=0), ValueError, r"batch_size must be >= 1; got 0"),
+        (lambda: afl(batch_size=0), ValueError, r"^batch_size must be >= 1; got 0$"),
         (lambda: afl().init(np.zeros((2, 2)), 2), ValueError, r"params must be 1-dimensional"),
         (lambda: afl().init(np.zeros(2), 0), ValueError, r"num_clients must be >= 1; got 0"),
         (lambda: afl().init(np.zeros(2), 2.0), TypeError, r"num_clients must be an integer"),

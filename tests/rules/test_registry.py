@@ -125,6 +125,12 @@ def test_make_rule_rejects_unknown_name(name):
         make_rule(name)
 
 
+@pytest.mark.parametrize(("name", "kind"), [(3, "int"), (None, "NoneType"), (b"fedavg", "bytes")])
+def test_make_rule_name_not_a_str_is_a_type_error_naming_its_type(name, kind):
+    with pytest.raises(TypeError, match=rf"^name must be a registry name \(str\); got {kind}$"):
+        make_rule(name)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_make_rule_rejects_unknown_hyperparameter(name):
     with pytest.raises(ValueError, match="not_a_hyperparameter"):
