@@ -20,8 +20,9 @@ from hypothesis.extra import numpy as hnp
 from fairagg import Aggregate, make_reports, make_rule, oracles, simulate
 from fairagg.data import synthetic
 from fairagg.models import LogisticRegression
-from fairagg.online import dr_response, play_aaggff_d, play_aaggff_s
+from fairagg.online import dr_response, play_aaggff_d, play_aaggff_s, quadratic_ftrl_round
 from fairagg.rules.aaggff import AAgFFDState, AAgFFSState, aaggff_d, aaggff_s
+from fairagg.simplex import QPFactor
 from tests.tolerances import ORACLE_QP, assert_close
 
 # The six response CDFs of SPEC §5, written out independently of fairagg.online.RESPONSE_CDFS.
@@ -205,6 +206,34 @@ def test_aaggff_s_rounds_equal_oracle_resolved_from_history(variant):
     for t in range(T):
         oracle = oracles.quadratic_ftrl(G[: t + 1], P[: t + 1], alpha, beta, variant)
         np.testing.assert_allclose(P_next[t], oracle.x, rtol=0, atol=ORACLE_QP)
+
+
+def test_official_aaggff_s_warm_starts_each_qp_at_the_decision_played():
+    """From the second round on, the official variant's QP starts from p_t, the decision played
+    (the uniform point stands in only for the off-simplex p¹): the reported p and qp_iterations
+    are those of quadratic_ftrl_round warm-started at p_t. α small and β large put p on faces
+    of the simplex, where the start changes the number of active-set iterations."""
+    K, alpha, beta = 6, 0.001, 10.0
+    rule = aaggff_s(variant="official", alpha=alpha, beta=beta)
+    rng = np.random.default_rng(1)
+    theta = np.zeros(3)
+    state = rule.init(theta, K)
+    for t in range(3):
+        F = rng.uniform(0.1, 3.0, K)
+        reports = make_reports(rng.normal(size=(K, 3)), np.arange(1, K + 1), losses=F)
+        agg = rule.step(theta, reports, state)
+        if t > 0:
+            r = agg.info["response"]
+            g = -r / (1.0 + state.p @ r)
+            ref = quadratic_ftrl_round(
+                state.ftrl, g, state.p, alpha, beta, "official", state.factor
+            )
+            assert agg.info["qp_iterations"] == ref.result.iterations
+            np.testing.assert_array_equal(agg.info["p"], ref.result.x)
+        # The state hands this round's Cholesky factor to the next round (None only before the
+        # first round).
+        assert isinstance(agg.state.factor, QPFactor)
+        state = agg.state
 
 
 # --------------------------------------------------------------------------------------------
@@ -891,6 +920,15 @@ def test_aaggff_aggregate_messages(p, selected, rows, server_lr, exc, match):
 
     with pytest.raises(exc, match=match):
         aaggff_aggregate(np.zeros(2), np.ones((rows, 2)), p, selected, server_lr)
+
+
+def test_aaggff_aggregate_scalar_deltas_have_no_rows():
+    from fairagg.rules.aaggff import aaggff_aggregate
+
+    with pytest.raises(
+        ValueError, match=r"^deltas must have one row per selected client \(1\); got None$"
+    ):
+        aaggff_aggregate(np.zeros(2), 5.0, [1.0], [0])
 
 
 def test_aaggff_aggregate_one_client_and_a_list_of_deltas():
