@@ -272,6 +272,12 @@ def test_apply_weighted_update_reports_overflow():
         apply_weighted_update(np.zeros(2), D, [1.0, 1.0])
 
 
+def test_apply_weighted_update_finite_entries_near_float64_max_are_not_an_overflow():
+    # Every entry of θ − Σ w_k δ_k is finite although their sum is not: no error.
+    out = apply_weighted_update([1e308, 1e308], np.zeros((1, 2)), [1.0])
+    np.testing.assert_array_equal(out, [1e308, 1e308])
+
+
 @pytest.mark.parametrize(
     ("params", "deltas", "weights", "match"),
     [
@@ -372,7 +378,11 @@ def test_fedavg_weights_sum_counts_in_float64_without_int64_overflow():
         (lambda: apply_weighted_update([0.0, 0.0], [[np.nan, 1.0]], [1.0]), ValueError,
          r"^deltas must be finite"),
         (lambda: apply_weighted_update([np.nan, 0.0], [[1.0, 1.0]], [1.0, 2.0]), ValueError,
-         r"^weights must have shape \(1,\)"),
+         r"^weights must have shape \(1,\); got \(2,\)$"),
+        (lambda: apply_weighted_update([0.0, 0.0, 0.0], np.ones((2, 2)), [0.5, 0.5]), ValueError,
+         r"^deltas must have shape \(\*, 3\); got \(2, 2\)$"),
+        (lambda: apply_weighted_update(np.zeros((2, 1)), np.ones((1, 2)), [1.0]), ValueError,
+         r"^params must be 1-dimensional; got shape \(2, 1\)$"),
         (lambda: apply_weighted_update([0.0], np.full((2, 1), 1e308), [1.0, 1.0]), ValueError,
          r"^the weighted update overflowed: weights or deltas are too large$"),
     ],
