@@ -102,6 +102,12 @@ def test_term_weights_at_tilts_near_the_float_range_are_exact_limits_without_war
         np.testing.assert_array_equal(term_weights(losses, tilt), want)
 
 
+def test_term_weights_of_equal_large_losses_follow_the_sample_sizes():
+    # F = [1e17, 1e17, 0], t = 1, n = [1, 3, 1]: ω ∝ [e^{1e17}, 3 e^{1e17}, 1] → [1/4, 3/4, 0].
+    # Shifting by the largest loss keeps log p_k exact next to t (F_k − F*) = 0.
+    assert_close(term_weights([1e17, 1e17, 0.0], 1.0, [1, 3, 1]), [0.25, 0.75, 0.0])
+
+
 def test_term_weights_keep_tiny_weights_that_do_not_underflow():
     # n = [1, 10^18], F = [720, 0], t = 1: ω_2 = 1 / (1 + e^720 / 10^18) ≈ exp(log 10^18 − 720),
     # about 1e-295, a normal float64: it must not be flushed to 0.
