@@ -1673,3 +1673,19 @@ def test_best_fixed_decision_never_returns_an_uncertified_answer():
         assert isinstance(best, BestFixedDecision)
         assert best.gap <= 1e3 * 1e-13 * max(1.0, abs(best.value))
         assert_close(best.gap, max(frank_wolfe_gap(R, best.p), 0.0))
+
+
+def test_best_fixed_decision_accepts_a_final_gap_up_to_1e3_tol():
+    # After max_iter steps a gap within 1e3 · tol · max(1, |f|) is returned (stalled at working
+    # precision), anything larger raises. R: f < 1 near the start, one step from the uniform point
+    # (initial gap 0.089 > tol) leaves a gap G ≈ 3.7e-3; tol = G / 1e3 is exactly at the limit.
+    R = [[0.5, 0.0], [0.0, 0.25]]
+    G = best_fixed_decision(R, tol=0.08, max_iter=1).gap
+    assert 1e3 * (G / 1e3) == G
+    at_limit = best_fixed_decision(R, tol=G / 1e3, max_iter=1)
+    assert (at_limit.gap, at_limit.iterations) == (G, 1)
+    assert abs(at_limit.value) < 1.0
+    msg = r"^best_fixed_decision did not converge: gap 0\.00369 after 1 steps"
+    for tol in (G / 1000.5, G / 1500):
+        with pytest.raises(RuntimeError, match=msg):
+            best_fixed_decision(R, tol=tol, max_iter=1)
