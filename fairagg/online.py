@@ -308,7 +308,8 @@ def best_fixed_decision(
     tol : float
         Relative gap at which to stop.
     max_iter : int
-        Iteration limit; ``RuntimeError`` if the gap is still above ``tol``.
+        Iteration limit. A run that stalls at working precision returns its (reported) gap if
+        it is within 1000 × ``tol`` × max(1, |f|); a larger gap is a ``RuntimeError``.
 
     Returns
     -------
