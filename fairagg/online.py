@@ -333,8 +333,12 @@ def best_fixed_decision(
         gap = float(np.max(grad) - grad @ p)
         if gap <= t * max(1.0, abs(f)):
             return BestFixedDecision(p, f, max(gap, 0.0), it - 1)
-        W = R / z[:, None]
-        H = W.T @ W  # −∇²f
+        # −∇²f = Σ_t r_t r_tᵀ / z_t², used only on directions d with Σ d = 0 (the simplex's),
+        # where r_t may be shifted by any multiple of 1: shifted by its minimum, a round with
+        # every response near −1 (z_t near 0) no longer puts ~1/z_t² on the all-ones direction,
+        # which stalled the damped Newton steps (the QP's minimiser on the simplex is the same).
+        W = (R - R.min(axis=1, keepdims=True)) / z[:, None]
+        H = W.T @ W
         mu = max(gap, 1e-12 * (1.0 + float(np.trace(H)) / K))
         A = H + mu * np.eye(K)
         q = solve_simplex_qp(A, -grad - A @ p, x0=p).x  # argmax of the local model over Δ
