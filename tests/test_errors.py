@@ -504,3 +504,20 @@ def test_qffl_objective_at_a_huge_q_rounds_to_zero_below_one():
 
     # Σ p_k F_k^(q+1) / (q+1) with every F_k < 1 and q = 2^1000: far below 2^-1074
     assert qffl_objective(np.array([0.5, 0.9]), 2.0**1000) == 0.0
+
+
+def test_qfedavg_scaled_step_keeps_a_column_far_below_another():
+    # ‖δ‖² overflows (entries 2^600), so the step is taken in scaled form. The second column is
+    # 1100 binades below the first: one power of two for the whole matrix flushed it to 0,
+    # though its exact step, L δ / Σ h_k with h_k = q L² ‖δ_k‖² + L (F = 1, ε = 0), is ~1.5e-151.
+    from fractions import Fraction
+
+    from fairagg.rules.qffl import qfedavg_step
+
+    D = np.array([[2.0**600, 2.0**-500], [2.0**600, 0.0]])
+    q, lr = 5e-324, 2.0**1000
+    out = qfedavg_step(np.zeros(2), D, np.ones(2), q, lr, epsilon=0.0)
+    L, qq = 1 / Fraction(lr), Fraction(q)
+    h = qq * L * L * (2 * Fraction(2) ** 1200 + Fraction(2) ** -1000) + 2 * L
+    want = [-float(L * 2 * Fraction(2) ** 600 / h), -float(L * Fraction(2) ** -500 / h)]
+    assert_close(out.params, want)

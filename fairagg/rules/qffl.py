@@ -280,13 +280,17 @@ def _q_step_scaled(
     terms = np.concatenate([coef * sq_rows * ms * ms, u * L])
     exps = np.concatenate([coef_exp + 2 * e + 2 * es, np.zeros(m, dtype=np.int64)])
     dm, E = _scaled_sum(terms, exps)  # Σ_k u_k h_rel_k = dm 2^E
-    # The largest exponent of a non-zero row (frexp gives a zero row the exponent 0, which
-    # would leave subnormal updates unscaled and lose them in the sum below).
-    nz = row_max > 0
-    top = int(e[nz].max()) if nz.any() else 0
-    U = np.ldexp(D, -top)  # one power of two: exact, entries ≤ 1 in magnitude
-    V = weighted_sum(u, U, backend)  # Σ_k u_k δ_k 2^-top
-    step = _ldexp(np.asarray(V, dtype=np.float64) * (ms / dm), es + top - E)
+    # One power of two per column, that of its largest entry (exact; entries ≤ 1 in magnitude):
+    # a column whose entries lie more than 1074 binades below another column's keeps its bits,
+    # which one scale for the whole matrix would flush to 0 (a zero column keeps exponent 0).
+    top = np.frexp(np.max(np.abs(D), axis=0))[1].astype(np.int64)
+    U = np.ldexp(D, -top[None, :].astype(np.int32))
+    V = weighted_sum(u, U, backend)  # Σ_k u_k δ_kj 2^-top_j
+    with np.errstate(over="ignore", under="ignore"):
+        step = np.ldexp(
+            np.asarray(V, dtype=np.float64) * (ms / dm),
+            np.clip(es + top - E, -4000, 4000).astype(np.int32),
+        )
     if not np.all(np.isfinite(step)):
         raise ValueError(
             "the q-FFL step overflows float64 for these deltas (or grads) and lr: its entries "
