@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -17,7 +17,7 @@ from fairagg.pareto import pareto_certificate
 from fairagg.rules.fedmgda import fedmgda, fedmgda_weights
 from fairagg.simplex import min_norm_weights
 from tests.strategies import finite_floats, num_samples
-from tests.tolerances import assert_close
+from tests.tolerances import ORACLE_QP, assert_close
 
 
 @st.composite
@@ -51,6 +51,13 @@ def normalised(D):
 
 @settings(max_examples=60, deadline=None)
 @given(r=update_sets(), eps=st.sampled_from([0.05, 0.2, 0.5, 1.0, 3.0]))
+@example(  # the solver's value fell 1.1e-12 below ours (its λ a hair outside the box)
+    r=(
+        np.array([[1.0, 1], [0, 0], [1, 0], [0, 1], [0, 0], [0, 0], [0, 0], [0, 0]]),
+        np.array([4, 3, 1, 1, 1, 1, 1, 1]),
+    ),
+    eps=0.05,
+)
 def test_mixture_is_the_cvxpy_min_norm_point_of_the_box(r, eps):
     D, n = r
     res = fedmgda_weights(D, n, eps)
@@ -62,12 +69,15 @@ def test_mixture_is_the_cvxpy_min_norm_point_of_the_box(r, eps):
     ref = min_norm_oracle(U, lo, hi)
     # λ need not be unique (dependent ĝ_k): compare the points and the values. Ours is no worse
     # than the solver's point (OSQP's reported value itself is ~1e-6 off) ...
+    # The solver's λ may lie up to ORACLE_QP per entry outside the box, which moves its point
+    # (‖ĝ_k‖ ≤ 1) by ≤ m ORACLE_QP and its squared norm by ≤ 2 m ORACLE_QP.
+    tol = 2 * D.shape[0] * ORACLE_QP
     ours, theirs = res.mixture @ U, ref.x @ U
-    assert res.min_norm**2 <= np.sum(theirs**2) + 1e-12
+    assert res.min_norm**2 <= np.sum(theirs**2) + tol
     # ... and the min-norm point p* of a convex set is within √(‖q‖² − ‖p*‖²) of any point q of
     # it (⟨p*, q − p*⟩ ≥ 0), so OSQP's point bounds the distance to ours.
     gap = max(np.sum(theirs**2) - np.sum(ours**2), 0.0)
-    assert np.sum((ours - theirs) ** 2) <= gap + 1e-14
+    assert np.sum((ours - theirs) ** 2) <= gap + tol
 
 
 @given(r=update_sets())
