@@ -208,6 +208,23 @@ def test_device_updates():
         fedmgda_weights(cuda.to_device(bad), [1, 2, 3], 0.3, backend="cuda")
 
 
+def test_device_updates_beyond_the_gram_range_are_scaled_on_the_host():
+    """Device updates whose squares leave float64's range come to the host ("a device array
+    comes to the host"): the Gram matrix of the scaled rows is NumPy's, whose last bits differ
+    from the device kernel's here, so the mixture is the host one of the scaled rows."""
+    from numba import cuda
+
+    rng = np.random.default_rng(3)
+    R = rng.normal(size=(4, 16))
+    R = np.ldexp(R, -np.frexp(np.max(np.abs(R), axis=1))[1][:, None])  # already scaled rows
+    n = [1, 2, 3, 4]
+    host = fedmgda_weights(R, n, 0.3).mixture
+    on_device = fedmgda_weights(cuda.to_device(R), n, 0.3, backend="cuda").mixture
+    assert not np.array_equal(host, on_device)  # the two Gram kernels round differently
+    big = fedmgda_weights(cuda.to_device(np.ldexp(R, 700)), n, 0.3, backend="cuda").mixture
+    np.testing.assert_array_equal(big, host)
+
+
 @pytest.mark.parametrize(
     ("args", "match"),
     [
