@@ -118,6 +118,16 @@ def test_zero_updates_give_no_nan():
     agg = fedmgda(epsilon=0.5).step(np.ones(3), make_reports(np.zeros((3, 3)), [1, 2, 3]), ())
     np.testing.assert_array_equal(agg.params, np.ones(3))
     assert np.all(np.isfinite(agg.info["weights"]))
+
+
+@pytest.mark.parametrize("m", [3, 200])
+def test_a_zero_update_has_weight_exactly_0(m):
+    """MGDAWeights.weights: a_k = η λ*_k / ‖δ_k‖, "0 for a zero update"."""
+    D = np.random.default_rng(0).normal(size=(m, 2))
+    D[1::2] = 0.0
+    res = fedmgda_weights(D, np.ones(m, dtype=int), 0.0)  # λ* = λ0 > 0 on every row
+    np.testing.assert_array_equal(res.weights[1::2], 0.0)
+    assert np.all(res.weights[0::2] > 0)
     res = fedmgda_weights([[0.0, 0.0], [1.0, 1.0]], [1, 1], 1.0)
     # The zero update contributes ĝ = 0, which is the min-norm point: all weight on it.
     assert_close(res.mixture, [1.0, 0.0])
