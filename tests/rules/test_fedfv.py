@@ -161,6 +161,16 @@ def test_no_conflicts_is_the_uniform_mean(D, alpha, method):
     assert_close(res.direction, D.mean(axis=0))
 
 
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_a_conflict_is_strictly_below_minus_rho_times_the_norms(method):
+    """δ_i·δ_j = −ρ ‖δ_i‖ ‖δ_j‖ exactly (unit norms, as float64 rounds them) is no conflict;
+    twice that is one."""
+    for dot, found in [(-RHO, 0), (-2 * RHO, 1)]:
+        D = np.array([[1.0, 0.0], [dot, 1.0]])  # ‖δ_1‖² = 1 + dot² rounds to 1
+        res = fedfv_direction(D, [0.0, 1.0], alpha=0.0, method=method)
+        assert res.conflicts_found == found
+
+
 @settings(max_examples=200, deadline=None)
 @given(r=fedfv_rounds(history=False), method=st.sampled_from(["gram", "vector"]))
 def test_no_projected_update_conflicts_with_the_last_target(r, method):
