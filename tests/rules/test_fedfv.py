@@ -171,6 +171,16 @@ def test_a_conflict_is_strictly_below_minus_rho_times_the_norms(method):
         assert res.conflicts_found == found
 
 
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_the_conflict_tolerance_grows_with_every_projection(method):
+    """The round-off scale of a projected g̃_i is Σ_l |C_il| ‖δ_l‖ (RHO): after δ_0 is projected
+    on δ_1 (coefficient ~1e-3), δ_2·g̃_0 ≈ −1e-12 is within ρ × that scale (≈ 1e-11) and is no
+    conflict; only the mutual conflict of δ_0 and δ_1 is projected, once each way."""
+    D = np.array([[1.0, 0.0, 0.0], [-1e-3, 1.0, 0.0], [-1e-12, 0.0, 1.0]])
+    res = fedfv_direction(D, [2.0, 0.0, 1.0], alpha=0.0, method=method)
+    assert (res.conflicts_found, res.projections) == (1, 2)
+
+
 @settings(max_examples=200, deadline=None)
 @given(r=fedfv_rounds(history=False), method=st.sampled_from(["gram", "vector"]))
 def test_no_projected_update_conflicts_with_the_last_target(r, method):
