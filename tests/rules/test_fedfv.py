@@ -572,6 +572,40 @@ def test_bad_round_input_raises_naming_the_argument():
         fedfv_direction(D, [0.0, 1.0], history=ok._replace(rounds=np.array([0, 0])), round_index=1)
 
 
+@pytest.mark.parametrize(
+    ("history", "exc", "match"),
+    [
+        (
+            (1, 2, 3),
+            TypeError,
+            r"^history must be a FedFVHistory \(updates, rounds, client_ids\); "
+            r"got tuple$",
+        ),
+        (
+            ([0.0, 0.0], [0], [5]),
+            ValueError,
+            r"^history\.updates must be 2-dimensional; got shape \(2,\)$",
+        ),
+        (
+            ([[0.0, 0.0, 0.0]], [0], [5]),
+            ValueError,
+            r"^history\.updates must have shape \(\*, 2\); got \(1, 3\)$",
+        ),
+        (([[0.0, 0.0]], [-1], [5]), ValueError, r"^history\.rounds must be >= 0; got minimum -1$"),
+        (
+            ([[0.0, 0.0]], [1.5], [5]),
+            TypeError,
+            r"^history\.rounds must hold integers; got non-integral values$",
+        ),
+    ],
+)
+def test_history_errors_name_the_field_and_the_rule(history, exc, match):
+    if isinstance(history[0], list):
+        history = FedFVHistory(*(np.array(a) for a in history))
+    with pytest.raises(exc, match=match):
+        fedfv_direction(np.eye(2), [0.0, 1.0], history=history, round_index=3)
+
+
 def test_rule_defaults_and_hyperparameters():
     """The documented defaults: α = 0.1, τ = 1, loss order, the paper's window, seed 0, the Gram
     method with rescaling, on NumPy; every hyper-parameter is reported under its own name."""
