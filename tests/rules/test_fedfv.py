@@ -597,13 +597,33 @@ def test_bad_round_input_raises_naming_the_argument():
             TypeError,
             r"^history\.rounds must hold integers; got non-integral values$",
         ),
+        (
+            ([[0.0, 0.0]], [0], [-1]),
+            ValueError,
+            r"^history\.client_ids must be >= 0; got minimum -1$",
+        ),
+        (
+            ([[0.0, 0.0]], [0], [1.5]),
+            TypeError,
+            r"^history\.client_ids must hold integers; got non-integral values$",
+        ),
+        (
+            ([[0.0, 0.0], [0.0, 0.0]], [0, 0], [3, 3]),
+            ValueError,
+            r"^history\.client_ids must be distinct \(one latest update per client\)$",
+        ),
+        (
+            ([[0.0, 0.0]], [0], [1]),
+            ValueError,
+            r"^history must not hold clients of this round: their latest update is this round's$",
+        ),
     ],
 )
-def test_history_errors_name_the_field_and_the_rule(history, exc, match):
+def test_history_errors_name_the_field_and_the_bound(history, exc, match):
     if isinstance(history[0], list):
         history = FedFVHistory(*(np.array(a) for a in history))
     with pytest.raises(exc, match=match):
-        fedfv_direction(np.eye(2), [0.0, 1.0], history=history, round_index=3)
+        fedfv_direction(np.eye(2), [0.0, 1.0], history=history, round_index=3, client_ids=[0, 1])
 
 
 def test_rule_defaults_and_hyperparameters():
