@@ -775,3 +775,18 @@ def test_rule_checks_reports_before_the_values_of_params():
 def test_rule_errors_name_the_argument_and_the_bound(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_cuda_backend_with_a_history_is_the_numpy_answer():
+    """On backend="cuda" the Gram matrix of [D; H] is one kernel (here numba's simulator): the
+    same step, history weights and counts as NumPy's, with an external projection."""
+    rng = np.random.default_rng(1)
+    D = rng.normal(size=(3, 4))
+    hist = FedFVHistory(rng.normal(size=(2, 4)), np.array([1, 1]), np.array([7, 8]))
+    kw = dict(alpha=0.0, history=hist, round_index=2, tau=1)
+    ref = fedfv_direction(D, [0.5, 1.0, 2.0], **kw)
+    got = fedfv_direction(D, [0.5, 1.0, 2.0], backend="cuda", **kw)
+    assert ref.external_projections == 1
+    assert got.external_projections == ref.external_projections
+    assert_close(got.direction, ref.direction)
+    assert_close(got.history_weights, ref.history_weights)
