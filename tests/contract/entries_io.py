@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from fairagg import flower
+from fairagg.flower import RecordDict  # flwr, imported the way fairagg.flower does (quietly)
+from fairagg.models import LogisticRegression
 from fairagg.oracles import OracleError
 from tests.contract.driver import CONSTANT, EXCEPTION, TYPE, Entry
 from tests.contract.strategies import f64, floats, on_simplex, size
@@ -790,8 +793,6 @@ def _train_content(draw: Any, model: Any) -> Any:
 
 @_fails_as_assertion
 def _reply_check(kwargs: dict[str, Any], reply: Any) -> None:
-    from flwr.app import RecordDict
-
     from fairagg.flower import ACCURACY, LOSS, NUM_EXAMPLES
 
     assert isinstance(reply, RecordDict), type(reply)
@@ -838,19 +839,13 @@ FLOWER = {
     "fairagg.flower.params_to_arrays": Entry(
         valid=lambda draw: {"params": floats(draw, size(draw, 1, 5)), "key": "theta"},
         check=lambda k, r: _assert(
-            np.array_equal(
-                __import__("fairagg.flower").flower.arrays_to_params(r), np.asarray(k["params"])
-            ),
+            np.array_equal(flower.arrays_to_params(r), np.asarray(k["params"])),
             "no round trip",
         ),  # fmt: skip
         scale={"params": 1},
     ),
     "fairagg.flower.arrays_to_params": Entry(
-        valid=lambda draw: {
-            "arrays": __import__("fairagg.flower").flower.params_to_arrays(
-                floats(draw, size(draw, 1, 5))
-            )
-        },
+        valid=lambda draw: {"arrays": flower.params_to_arrays(floats(draw, size(draw, 1, 5)))},
     ),
     "fairagg.flower.FairaggStrategy": Entry(
         valid=lambda draw: {
@@ -918,9 +913,7 @@ FLOWER = {
             "model": (m := _model(draw)),
             "data": _data(),
             "client_id": draw(st.integers(0, 2)),
-            "content": __import__("flwr.app").app.RecordDict(
-                {"arrays": __import__("fairagg.flower").flower.params_to_arrays(_params(draw, m))}
-            ),
+            "content": RecordDict({"arrays": flower.params_to_arrays(_params(draw, m))}),
         },
         check=_reply_check,
         deterministic=False,
@@ -1054,7 +1047,7 @@ def _tiny_federated(draw: Any) -> dict[str, Any]:
     """Two clients of 3 rows, 2 features, 2 classes (both classes at each client)."""
     X = floats(draw, (6, 2), -1.0, 1.0)
     return {
-        "model": __import__("fairagg.models").models.LogisticRegression(2, 2, l2=0.1),
+        "model": LogisticRegression(2, 2, l2=0.1),
         "X": X,
         "y": np.array([0, 1, 0, 1, 0, 1]),
         "offsets": np.array([0, 3, 6]),

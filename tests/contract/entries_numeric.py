@@ -144,6 +144,19 @@ def _in_box(kwargs: dict[str, Any], result: Any) -> None:
     on_simplex()(kwargs, result)
 
 
+#: kl_step and exponentiated_gradient (the same step): documented, η = inf returns p and
+#: r_i = -inf gives weight 0
+_KL_STEP = Entry(
+    valid=lambda draw: {
+        "p": simplex_point(draw, k := size(draw)),
+        "r": floats(draw, k),
+        "eta": 1.0,
+    },
+    check=on_simplex(),
+    nonfinite_ok=("eta:+inf", "r:-inf"),
+)
+
+
 def _check_point(draw: Any) -> dict[str, Any]:
     return {"p": simplex_point(draw, size(draw)), "name": "p", "rtol": 1e-9}
 
@@ -181,15 +194,7 @@ SIMPLEX = {
         finite=False,  # the returned upper bound may be +inf
     ),
     "fairagg.simplex.check_simplex_point": Entry(valid=_check_point, check=on_simplex()),
-    "fairagg.simplex.kl_step": Entry(
-        valid=lambda draw: {
-            "p": simplex_point(draw, k := size(draw)),
-            "r": floats(draw, k),
-            "eta": 1.0,
-        },
-        check=on_simplex(),
-        nonfinite_ok=("eta:+inf", "r:-inf"),  # documented: η = inf returns p, r_i = -inf gives 0
-    ),
+    "fairagg.simplex.kl_step": _KL_STEP,
     "fairagg.simplex.log_normalize": Entry(
         valid=lambda draw: {"log_weights": floats(draw, size(draw))},
         check=on_simplex(),
@@ -322,15 +327,7 @@ ONLINE = {
     "fairagg.online.entropic_ftrl": Entry(
         valid=lambda draw: {"grad_sum": floats(draw, size(draw)), "eta": 1.0}, check=on_simplex()
     ),
-    "fairagg.online.exponentiated_gradient": Entry(
-        valid=lambda draw: {
-            "p": simplex_point(draw, k := size(draw)),
-            "r": floats(draw, k),
-            "eta": 1.0,
-        },
-        check=on_simplex(),
-        nonfinite_ok=("eta:+inf", "r:-inf"),  # documented: η = inf returns p, r_i = -inf gives 0
-    ),
+    "fairagg.online.exponentiated_gradient": _KL_STEP,
     "fairagg.online.official_first_decision": Entry(
         valid=lambda draw: {"num_clients": size(draw), "inclusion_probability": 0.5}
     ),
