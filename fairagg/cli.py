@@ -1,4 +1,4 @@
-"""The ``fairagg`` command line: ``run``, ``compare`` and ``rules``.
+"""The ``fairagg`` command line: ``run``, ``compare``, ``rules``, ``vectors`` and ``check``.
 
 ``fairagg run`` with no argument reproduces the FairAvg paper's Synthetic set-up (Table 1: 30
 clients, power-law sizes, a two-dense-layer network, SGD with lr 0.01, F = 20 local epochs,
@@ -220,6 +220,59 @@ def _build_parser() -> _Parser:
         "--check",
         action="store_true",
         help="instead of writing, recompute every case under --out and report differences",
+    )
+
+    chk = sub.add_parser(
+        "check",
+        help="check your implementation of a rule or formula, run by --cmd in any environment",
+        description="Start COMMAND once (a worker: fairagg check --template prints one for "
+        "Python), drive it over stdin/stdout on fairagg's golden and generated cases, and "
+        "report where it differs. Exit status 0: it conforms; 1: it differs; 2: a usage error.",
+    )
+    chk.add_argument("target", nargs="?", help="a rule or formula name (fairagg check --list)")
+    chk.add_argument("--cmd", help='the command that starts your worker, e.g. "python w.py"')
+    chk.add_argument(
+        "--param",
+        type=_rule_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter fixed for every case (repeatable), e.g. --param q=2",
+    )
+    chk.add_argument(
+        "--golden",
+        default="all",
+        help="golden cases to check: all (default), none, or comma-separated case names",
+    )
+    chk.add_argument(
+        "--generated",
+        type=int,
+        default=100,
+        metavar="N",
+        help="generated (hypothesis) examples to check (default: 100; 0 for none)",
+    )
+    chk.add_argument(
+        "--round-base",
+        type=int,
+        default=0,
+        help="your code's number for fairagg's round 0 (1 if it counts rounds from 1)",
+    )
+    chk.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    chk.add_argument("--atol", type=float, default=None, help="absolute tolerance")
+    chk.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)"
+    )
+    chk.add_argument("--random", action="store_true", help="new generated examples on every run")
+    chk.add_argument(
+        "--describe",
+        action="store_true",
+        help="print what TARGET passes to your code and what it compares, then exit",
+    )
+    chk.add_argument("--list", action="store_true", help="list the targets, then exit")
+    chk.add_argument(
+        "--template",
+        action="store_true",
+        help="print a Python worker to copy (it imports nothing from fairagg), then exit",
     )
     return parser
 
@@ -542,6 +595,56 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from . import conformance
+
+    if args.template:
+        print(Path(__file__).with_name("_worker_template.py").read_text(encoding="utf-8"), end="")
+        return 0
+    if args.list:
+        print("\n".join(conformance.targets()))
+        return 0
+    if args.target is None:
+        raise ValueError("check needs a TARGET (fairagg check --list names them)")
+    if args.describe:
+        print(conformance.describe(args.target))
+        return 0
+    if args.cmd is None:
+        raise ValueError("check needs --cmd COMMAND, the command that starts your worker")
+    conformance.describe(args.target)  # an unknown target, before the worker starts
+    if args.generated < 0:
+        raise ValueError(f"--generated must be >= 0; got {args.generated}")
+    golden: bool | list[str]
+    if args.golden == "all":
+        golden = True
+    elif args.golden == "none":
+        golden = False
+    else:
+        golden = [g.strip() for g in args.golden.split(",") if g.strip()]
+        if not golden:
+            raise ValueError("--golden must be all, none or comma-separated case names")
+    params = dict(args.param)
+    tol = {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol)) if v is not None}
+    try:
+        with conformance.Worker(args.cmd, timeout=args.timeout) as worker:
+            report = conformance.check(
+                worker,
+                args.target,
+                params=params,
+                golden=golden,
+                hypothesis=args.generated > 0,
+                max_examples=max(args.generated, 1),
+                round_base=args.round_base,
+                derandomize=not args.random,
+                raise_on_mismatch=False,
+                **tol,
+            )
+    except (conformance.WorkerError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    print(report)
+    return 0 if report else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fairagg`` console script; returns the exit status."""
     if argv is not None and (
@@ -559,6 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": _cmd_compare,
         "rules": _cmd_rules,
         "vectors": _cmd_vectors,
+        "check": _cmd_check,
     }[args.command]
     try:
         return command(args)

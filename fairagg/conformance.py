@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from . import RULES, make_rule
+from ._worker import Worker, WorkerError, WorkerRaised, WorkerSkipped, WorkerUsageError
 from .vectors import FORMULAS, NON_UNIQUE, RULE_EXCLUDE, _compute, case_inputs
 
 __all__ = [
@@ -78,6 +79,9 @@ __all__ = [
     "ConformanceError",
     "ConformanceReport",
     "Mismatch",
+    "Skip",
+    "Worker",
+    "WorkerError",
     "check",
     "describe",
     "targets",
@@ -264,9 +268,15 @@ def _fedmgda_terms(
         "g_hat": g,
         "mixture": lam,
         "weights": server_lr * lam * (inv if normalise else np.ones_like(inv)),
-        "min_norm": float(np.sqrt(max(float(lam @ G @ lam), 0.0))),
+        "min_norm": _norm(lam @ g),
         "inv_norms": inv,
     }
+
+
+def _norm(v: np.ndarray) -> float:
+    """‖v‖ without underflow or overflow of the squares."""
+    top = float(np.max(np.abs(v), initial=0.0))
+    return top * float(np.linalg.norm(v / top)) if top > 0 else 0.0
 
 
 def _fedavg_terms(num_samples: Any, *, uniform: bool = False) -> dict[str, Any]:
@@ -596,6 +606,23 @@ class _UsageError(Exception):
         self.exc = exc
 
 
+class Skip(Exception):  # noqa: N818 - the name users raise
+    """Raise from your function for an input outside its domain by design: :func:`check`
+    counts the case as skipped (``ConformanceReport.outside``) instead of reporting a
+    difference. ``hypothesis.assume(False)`` inside your function does the same, and so does a
+    worker's ``skip`` reply."""
+
+
+class _Outside(Exception):  # noqa: N818 - a control-flow signal
+    """The case is outside the user's domain (Skip, assume, a worker's skip, ``domain``)."""
+
+
+def _is_assume(exc: BaseException) -> bool:
+    return type(exc).__name__ == "UnsatisfiedAssumption" and type(exc).__module__.startswith(
+        "hypothesis"
+    )
+
+
 def _named(
     result: Any, outputs: Sequence[str], known: Sequence[str], adapter: Adapter, target: str
 ) -> Json:
@@ -739,14 +766,16 @@ class ConformanceError(AssertionError):
 @dataclass(frozen=True)
 class ConformanceReport:
     """What :func:`check` ran: golden cases and generated examples compared, golden cases
-    skipped (fairagg rejects their inputs, or they conflict with ``params``), and the mismatch,
-    if any. ``bool(report)`` is True when everything agreed."""
+    skipped (fairagg rejects their inputs, or they conflict with ``params``), cases outside
+    your domain (``domain``, or your function skipped them), and the mismatch, if any.
+    ``bool(report)`` is True when everything agreed."""
 
     target: str
     golden: int
     generated: int
     skipped: int
     mismatch: Mismatch | None
+    outside: int = 0
 
     def __bool__(self) -> bool:
         return self.mismatch is None
@@ -754,10 +783,13 @@ class ConformanceReport:
     def __str__(self) -> str:
         if self.mismatch is not None:
             return str(self.mismatch)
-        return (
+        text = (
             f"{self.target}: conforms on {self.golden} golden cases and {self.generated} "
-            f"generated examples ({self.skipped} golden cases skipped)"
+            f"generated examples ({self.skipped} golden cases skipped"
         )
+        if self.outside:
+            text += f"; {self.outside} cases outside your domain"
+        return text + ")"
 
 
 def _index(a: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -930,6 +962,11 @@ def _agrees(got: Json, other: Json, tol) -> bool:
 
 
 # ---------------------------------------------------------------------------------- evaluation
+def _WORKER_CALL(thunk: Callable[[], Any]) -> Any:  # noqa: N802 - a marker used as a function
+    """Marks a call of the worker in _Checker._user (the thunk makes the request)."""
+    return thunk()
+
+
 @dataclass(frozen=True)
 class _Case:
     source: str
@@ -942,9 +979,19 @@ class _Checker:
     """One target and one user function: runs a case and finds the first difference."""
 
     def __init__(
-        self, fn: Callable[..., Any], target: str, adapter: Adapter, fixed: Json, tol: tuple
+        self,
+        fn: Callable[..., Any] | Worker,
+        target: str,
+        adapter: Adapter,
+        fixed: Json,
+        tol: tuple,
+        round_base: int = 0,
+        domain: Callable[[Json, Json], Any] | None = None,
     ) -> None:
         self.fn, self.target, self.adapter, self.fixed, self.tol = fn, target, adapter, fixed, tol
+        self.round_base, self.domain = round_base, domain
+        self.worker = fn if isinstance(fn, Worker) else None
+        self._sessions = 0
         self.kind = _kind(target)
         self.terms = TERMS.get(target) if self.kind == "formula" else _rule_terms_spec(target)
         self.texts = {k: _formula_text(target) for k in ("params", "out")}
@@ -969,30 +1016,87 @@ class _Checker:
         except (ValueError, TypeError, ArithmeticError, RuntimeWarning):
             return None
 
-    def run(self, case: _Case) -> tuple[bool, Mismatch | None]:
-        """(fairagg accepted the case, the mismatch or None)."""
+    def run(self, case: _Case) -> tuple[str, Mismatch | None]:
+        """(status, the mismatch or None). Status: ``"rejected"`` (fairagg rejects the case or
+        it conflicts with the fixed parameters), ``"outside"`` (outside your domain: ``domain``
+        says so, or your function skipped it), ``"checked"``."""
         params = self.params_of(case)
         want = None if params is None else self.reference(case)
         if params is None or want is None:
-            return False, None
-        if self.kind == "formula":
-            diff = self._compare_formula(case, params, want)
-        else:
-            diff = self._compare_rule(case, params, want)
+            return "rejected", None
+        if self.domain is not None:
+            try:
+                inside = self.domain(_fresh(case.inputs), dict(params))
+            except Exception as exc:  # noqa: BLE001 - the user's predicate failed
+                raise _UsageError(TypeError(f"domain raised {type(exc).__name__}: {exc}")) from None
+            if not inside:
+                return "outside", None
+        try:
+            if self.kind == "formula":
+                diff = self._compare_formula(case, params, want)
+            else:
+                diff = self._compare_rule(case, params, want)
+        except _Outside:
+            return "outside", None
         if diff is None:
-            return True, None
+            return "checked", None
         shared = {f: getattr(diff, f) for f in _DIFF_FIELDS}
         diagnosis = self._diagnose(case, params, diff)
-        return True, Mismatch(
+        return "checked", Mismatch(
             self.target, case.source, case.label, **shared, diagnosis=diagnosis,
             inputs=case.inputs, params=params,
         )  # fmt: skip
 
     # calls --------------------------------------------------------------------------------
     def _user(self, fn: Callable[..., Any], kwargs: Json) -> Any:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            return _invoke(fn, kwargs, self.adapter, self.target)
+        """Your function's result; a skip (``Skip``, ``assume``, a worker's) is _Outside, a
+        refusal of the request as written a _UsageError, and what your code raises a
+        WorkerRaised or its own exception."""
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                return (
+                    fn(kwargs)
+                    if fn is _WORKER_CALL
+                    else _invoke(fn, kwargs, self.adapter, self.target)
+                )
+        except (Skip, WorkerSkipped):
+            raise _Outside from None
+        except (WorkerUsageError, WorkerError) as exc:
+            raise _UsageError(exc) from None
+        except Exception as exc:
+            if _is_assume(exc):
+                raise _Outside from None
+            raise
+
+    def _call_formula(self, kwargs: Json) -> Any:
+        if self.worker is not None:
+            worker, target = self.worker, self.target
+            return self._user(_WORKER_CALL, lambda: worker.call(target, kwargs))
+        return self._user(self.fn, kwargs)
+
+    def _start_rule(self, init: Json) -> tuple[Callable[[Json], Any], Callable[[], None]]:
+        """(the per-round call, the end of the case) for one case of a rule."""
+        if self.worker is not None:
+            worker, target = self.worker, self.target
+            self._sessions += 1
+            sid = self._sessions
+            self._user(_WORKER_CALL, lambda: worker.start(target, sid, init))
+            return (
+                lambda kw: self._user(_WORKER_CALL, lambda: worker.round(target, sid, kw)),
+                lambda: self._user(_WORKER_CALL, lambda: worker.end(target, sid)),
+            )
+        step = self.fn
+        if self.adapter.stateful:
+            step = self._user(self.fn, init)
+            if not callable(step):
+                raise _UsageError(
+                    TypeError(
+                        "with Adapter(stateful=True) your function must return the per-round "
+                        f"function; it returned {type(step).__name__}"
+                    )
+                )
+        return (lambda kw: self._user(step, kw)), (lambda: None)
 
     def _known(self, outputs: Sequence[str]) -> list[str]:
         return list(dict.fromkeys([*outputs, *(self.terms.texts if self.terms else ())]))
@@ -1004,14 +1108,14 @@ class _Checker:
 
     @staticmethod
     def _raised(exc: BaseException, rnd: int | None) -> _Diff:
-        what = f"{type(exc).__name__}: {exc}"
+        what = str(exc) if isinstance(exc, WorkerRaised) else f"{type(exc).__name__}: {exc}"
         return _Diff("exception", "", rnd, what, "a result", f"your function raised {what}")
 
     def _compare_formula(self, case: _Case, params: Json, want: Json) -> _Diff | None:
         outputs = list(want)
         try:
-            result = self._user(self.fn, {**case.inputs, **params})
-        except _UsageError:
+            result = self._call_formula({**case.inputs, **params})
+        except (_UsageError, _Outside):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a finding
             return self._raised(exc, None)
@@ -1032,27 +1136,26 @@ class _Checker:
         theta = np.asarray(case.inputs["params0"], dtype=np.float64)
         yours: list[Json] = []
         try:
-            step = self.fn
-            if self.adapter.stateful:
-                step = self._user(self.fn, {"params": theta, "num_clients": K, **params})
-        except _UsageError:
+            step, end = self._start_rule({"params": theta, "num_clients": K, **params})
+        except (_UsageError, _Outside):
             raise
         except Exception as exc:  # noqa: BLE001
             return self._raised(exc, 0)
-        if not callable(step):
-            raise _UsageError(
-                TypeError(
-                    "with Adapter(stateful=True) your function must return the per-round "
-                    f"function; it returned {type(step).__name__}"
-                )
-            )
+        try:
+            return self._rounds(case, params, want, step, theta, K, yours)
+        finally:
+            end()
+
+    def _rounds(self, case, params, want, step, theta, K, yours) -> _Diff | None:
         for t, (r, w) in enumerate(zip(case.inputs["rounds"], want["rounds"], strict=True)):
             fields = {k: v for k, v in r.items() if v is not None}
+            if "round_index" in fields:  # the outside code's numbering (round_base)
+                fields["round_index"] = int(fields["round_index"]) + self.round_base
             # a hyper-parameter named like a report field (AFL's lr) replaces it when set
             hyper = {k: v for k, v in params.items() if not (k in fields and v is None)}
             try:
-                result = self._user(step, {"params": theta, **fields, "num_clients": K, **hyper})
-            except _UsageError:
+                result = step({"params": theta, **fields, "num_clients": K, **hyper})
+            except (_UsageError, _Outside):
                 raise
             except Exception as exc:  # noqa: BLE001
                 return self._raised(exc, t)
@@ -1222,8 +1325,8 @@ def _shrink(checker: _Checker, case: _Case, found: Mismatch) -> Mismatch:
             budget -= 1
             if budget < 0:
                 break
-            ok, mm = checker.run(cand)
-            if ok and mm is not None:
+            status, mm = checker.run(cand)
+            if status == "checked" and mm is not None:
                 case, found, progress, shrunk = cand, mm, True, True
                 break
     if not shrunk:
@@ -1402,11 +1505,13 @@ def _golden_cases(target: str, names: Iterable[str] | None) -> list[_Case]:
 
 
 def check(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | Worker,
     target: str,
     *,
     adapter: Adapter | None = None,
     params: Mapping[str, Any] | None = None,
+    round_base: int = 0,
+    domain: Callable[[Json, Json], Any] | None = None,
     golden: bool | Iterable[str] = True,
     hypothesis: bool = True,
     max_examples: int = 100,
@@ -1419,8 +1524,9 @@ def check(
 
     Parameters
     ----------
-    fn : callable
-        Your implementation (see the module docstring for how it is called).
+    fn : callable or Worker
+        Your implementation (see the module docstring for how it is called), or a
+        :class:`Worker` running it in another process (``fairagg check --cmd``).
     target : str
         A registered rule or formula name (:func:`targets`).
     adapter : Adapter, optional
@@ -1429,6 +1535,13 @@ def check(
         Parameters fixed for every case (e.g. ``{"q": 2.0}``, or a rule's ``{"variant":
         "official"}``): generated examples and golden cases run with them, except the golden
         cases that set another value themselves, which are skipped.
+    round_base : int
+        Your code's number for fairagg's round 0: a rule's ``round_index`` reaches your function
+        as ``t + round_base`` (1 for code that counts rounds from 1, as FLGo does).
+    domain : callable, optional
+        ``domain(inputs, params)``: False for a case outside your implementation's domain by
+        design (e.g. ``lambda i, p: (i["losses"] > 0).all()``); such cases are counted in
+        ``ConformanceReport.outside``, not compared. Your function can also raise :class:`Skip`.
     golden : bool or iterable of str
         Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
     hypothesis : bool
@@ -1454,9 +1567,13 @@ def check(
         Bad arguments, or a call that cannot work (an argument of yours the harness does not
         have, a returned name the target does not have).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable; got {type(fn).__name__}")
+    if not (callable(fn) or isinstance(fn, Worker)):
+        raise TypeError(f"fn must be callable or a Worker; got {type(fn).__name__}")
     kind = _kind(target)
+    if isinstance(round_base, bool) or not isinstance(round_base, (int, np.integer)):
+        raise TypeError(f"round_base must be an int; got {type(round_base).__name__}")
+    if domain is not None and not callable(domain):
+        raise TypeError(f"domain must be callable; got {type(domain).__name__}")
     if adapter is None:
         adapter = Adapter()
     elif not isinstance(adapter, Adapter):
@@ -1493,28 +1610,36 @@ def check(
         )
     if not golden and not hypothesis:
         raise ValueError("nothing to check: golden and hypothesis are both off")
-    checker = _Checker(fn, target, adapter, fixed, (float(rtol), float(atol)))
+    if isinstance(fn, Worker) and adapter != Adapter():
+        raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
+    checker = _Checker(
+        fn, target, adapter, fixed, (float(rtol), float(atol)), int(round_base), domain
+    )
     names = None if isinstance(golden, bool) else list(golden)
-    n_golden = n_generated = skipped = 0
+    n_golden = n_generated = skipped = outside = 0
     mismatch: Mismatch | None = None
     try:
         if golden:
             for case in _golden_cases(target, names):
-                accepted, found = checker.run(case)
-                if not accepted:
+                status, found = checker.run(case)
+                if status == "rejected":
                     skipped += 1
+                    continue
+                if status == "outside":
+                    outside += 1
                     continue
                 n_golden += 1
                 if found is not None:
                     mismatch = _shrink(checker, case, found)
                     break
         if mismatch is None and hypothesis:
-            n_generated, mismatch = _run_hypothesis(
+            n_generated, n_out, mismatch = _run_hypothesis(
                 checker, target, fixed, max_examples, derandomize
             )
+            outside += n_out
     except _UsageError as exc:
         raise exc.exc from None
-    report = ConformanceReport(target, n_golden, n_generated, skipped, mismatch)
+    report = ConformanceReport(target, n_golden, n_generated, skipped, mismatch, outside)
     if mismatch is not None and raise_on_mismatch:
         raise ConformanceError(mismatch)
     return report
@@ -1522,7 +1647,7 @@ def check(
 
 def _run_hypothesis(
     checker: _Checker, target: str, fixed: Json, max_examples: int, derandomize: bool
-) -> tuple[int, Mismatch | None]:
+) -> tuple[int, int, Mismatch | None]:
     try:
         import hypothesis
         from hypothesis import HealthCheck, settings
@@ -1531,7 +1656,7 @@ def _run_hypothesis(
             "generated inputs need hypothesis: pip install 'fairagg[conformance]', or pass "
             "hypothesis=False to check the golden inputs alone"
         ) from exc
-    count = [0]
+    count, outside = [0], [0]
 
     @settings(
         max_examples=max_examples,
@@ -1543,8 +1668,10 @@ def _run_hypothesis(
     )
     @hypothesis.given(_strategy(target, fixed))
     def run(case: _Case) -> None:
-        accepted, found = checker.run(case)
-        hypothesis.assume(accepted)
+        status, found = checker.run(case)
+        if status == "outside":
+            outside[0] += 1
+        hypothesis.assume(status == "checked")
         count[0] += 1
         if found is not None:
             raise _Found(found)
@@ -1552,8 +1679,10 @@ def _run_hypothesis(
     try:
         run()
     except _Found as exc:
-        return count[0], exc.mismatch
+        return count[0], outside[0], exc.mismatch
     except hypothesis.errors.Unsatisfiable as exc:
+        if outside[0]:
+            return count[0], outside[0], None
         raise _UsageError(
             ValueError(
                 f"fairagg rejected every generated input of {target!r} with params {fixed}: "
@@ -1567,4 +1696,4 @@ def _run_hypothesis(
                 "between calls? For a rule, use Adapter(stateful=True) with a factory"
             )
         ) from exc
-    return count[0], None
+    return count[0], outside[0], None

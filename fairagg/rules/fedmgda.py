@@ -35,7 +35,7 @@ from .._checks import (
     is_device_array,
     squares_in_range,
 )
-from ..kernels import check_backend
+from ..kernels import check_backend, weighted_sum
 from ..kernels import gram as kernel_gram
 from ..simplex import min_norm_weights
 from ..types import RoundReports, Rule
@@ -114,6 +114,9 @@ def fedmgda_weights(
         R = np.ldexp(H, -e[:, None].astype(np.int32))
         gram = kernel_gram(R, "numpy" if on_device else backend)
         sq = np.diag(gram)
+        rows, rows_backend = R, ("numpy" if on_device else backend)
+    else:
+        rows, rows_backend = D, backend
     norms = np.sqrt(np.maximum(sq, 0.0))  # ‖δ_k‖ 2^-e_k
     inv = np.divide(1.0, norms, out=np.zeros(m), where=norms > 0)
     G = gram * inv[:, None] * inv[None, :]
@@ -123,7 +126,14 @@ def fedmgda_weights(
         lam = lam0.copy()  # the box is the single point λ0
     else:
         lam = min_norm_weights(G, lower=lo, upper=hi).x
-    value = float(lam @ G @ lam)
+    # ‖Σ λ_k ĝ_k‖ from the vector itself, one pass over the rows (δ_k 2^-e_k): λᵀGλ would
+    # lose every digit below √eps ≈ 1.5e-8 where the ĝ_k cancel.
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = weighted_sum(lam * inv, rows, rows_backend)
+    if not isinstance(v, np.ndarray):  # a CUDA device array
+        v = v.copy_to_host()
+    top = float(np.max(np.abs(v)))
+    min_norm = top * float(np.linalg.norm(v / top)) if top > 0 else 0.0
     with np.errstate(over="ignore"):
         weights = np.ldexp(eta * lam * inv, -e.astype(np.int32))  # η λ_k / ‖δ_k‖
     if not np.all(np.isfinite(weights)):
@@ -133,7 +143,7 @@ def fedmgda_weights(
             f"{math.ldexp(float(norms[k]), int(e[k])):.3g} on it exceeds float64 (a row of "
             "only subnormal entries); scale the updates up"
         )
-    return MGDAWeights(lam, weights, float(np.sqrt(max(value, 0.0))))
+    return MGDAWeights(lam, weights, min_norm)
 
 
 def _gram_in_range(sq: np.ndarray, D: Any, on_device: bool) -> bool:

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+import fairagg
 from fairagg import flower
+from fairagg._worker import WorkerError
 from fairagg.flower import RecordDict  # flwr, imported the way fairagg.flower does (quietly)
 from fairagg.models import LogisticRegression
 from fairagg.oracles import OracleError
@@ -722,10 +724,35 @@ def _report_check(kwargs: dict[str, Any], report: Any) -> None:
     assert report.target == kwargs["target"] and report.golden + report.generated >= 1, report
 
 
+_TEMPLATE = Path(fairagg.__file__).with_name("_worker_template.py")
+
+
+def _worker_targets(**kwargs: Any) -> list[str]:
+    """A Worker started on the template and closed: the targets it announced."""
+    from fairagg.conformance import Worker
+
+    with Worker(**kwargs) as w:
+        return w.targets
+
+
 CONFORMANCE = {
     "fairagg.conformance.DEFAULT_ATOL": CONSTANT,
     "fairagg.conformance.DEFAULT_RTOL": CONSTANT,
     "fairagg.conformance.ConformanceError": EXCEPTION,
+    "fairagg.conformance.Skip": EXCEPTION,
+    "fairagg._worker.WorkerError": EXCEPTION,
+    "fairagg._worker.Worker": Entry(
+        valid=lambda draw: {
+            "command": [sys.executable, str(_TEMPLATE)],
+            "timeout": draw(st.sampled_from([30.0, 60.0])),
+            "cwd": None,
+        },
+        call=_worker_targets,
+        check=lambda k, r: _assert(r == ["fedavg", "project_simplex"], r),
+        allowed=(WorkerError,),
+        fixed=("cwd",),
+        examples=1,
+    ),
     "fairagg.conformance.ConformanceReport": TYPE,
     "fairagg.conformance.Mismatch": TYPE,
     "fairagg.conformance.Adapter": Entry(
@@ -750,6 +777,8 @@ CONFORMANCE = {
             "atol": 1e-9,
             "derandomize": True,
             "raise_on_mismatch": True,
+            "round_base": draw(st.sampled_from([0, 1])),
+            "domain": None,
         },
         check=_report_check,
         examples=1,

@@ -114,6 +114,24 @@ def test_hand_cases():
     assert_close(res.min_norm, 0.4)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("scale", [1.0, 2.0**-600, 2.0**600])
+def test_min_norm_of_cancelling_directions_is_exact(backend, scale):
+    # λ0 = (½, ½) on two antiparallel directions: Σ λ_k ĝ_k = ½(1) + ½(−1) = 0 exactly. The
+    # Gram form √(λᵀGλ) gave 7.45e-9 here (√ of a rounding error); the vector's norm is 0 up
+    # to the rounding of the unit vectors themselves (a few eps: the ĝ_k have norm 1).
+    D = np.array([[0.49115873382576947], [-1.0]]) * scale
+    assert fedmgda_weights(D, [1, 1], 0.0, backend=backend).min_norm <= 4 * np.finfo(float).eps
+    # Nearly cancelling: ĝ = (1, 0) and (−1, t)/√(1 + t²); the norm is about t/2 = 5e-11,
+    # which the Gram form could not resolve below about 1e-8.
+    t = 1e-10
+    D = np.array([[3.0, 0.0], [-1.0, t]]) * scale
+    u = np.array([-1.0, t]) / np.hypot(1.0, t)
+    want = np.hypot(0.5 + 0.5 * u[0], 0.5 * u[1])
+    got = fedmgda_weights(D, [1, 1], 0.0, backend=backend).min_norm
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
 def test_zero_updates_give_no_nan():
     agg = fedmgda(epsilon=0.5).step(np.ones(3), make_reports(np.zeros((3, 3)), [1, 2, 3]), ())
     np.testing.assert_array_equal(agg.params, np.ones(3))

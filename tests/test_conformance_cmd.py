@@ -1,0 +1,284 @@
+"""fairagg check --cmd: code in another process, driven over the worker protocol.
+
+The worker is the template users copy (``fairagg check --template``) with its examples replaced
+by ``tests/workers/outside_impl.py``, which cannot import fairagg (an import hook refuses it).
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fairagg import cli
+from fairagg.conformance import ConformanceError, Worker, WorkerError, check
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def worker_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("worker")
+    template = (Path(cli.__file__).with_name("_worker_template.py")).read_text(encoding="utf-8")
+    examples = 'FORMULAS = {"project_simplex": project_simplex}\nRULES = {"fedavg": FedAvg}\n'
+    assert template.count(examples) == 1
+    text = template.replace(
+        examples,
+        "import outside_impl\n\noutside_impl.SKIP = Skip\n"
+        "FORMULAS, RULES = outside_impl.FORMULAS, outside_impl.RULES\n",
+    )
+    (folder / "worker.py").write_text(text, encoding="utf-8")
+    (folder / "outside_impl.py").write_text(
+        (HERE / "workers" / "outside_impl.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    return folder
+
+
+def cmd(folder: Path, *extra: str) -> str:
+    return shlex.join([sys.executable, "-E", "-s", str(folder / "worker.py"), *extra])
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(["check", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---------------------------------------------------------------------------------- the CLI
+def test_template_prints_a_worker_that_imports_nothing_from_fairagg(capsys):
+    rc, out, _ = run_cli(capsys, "--template")
+    assert rc == 0
+    assert "def main():" in out and "PROTOCOL = 1" in out
+    imported = set()
+    for node in ast.walk(ast.parse(out)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported == {"inspect", "json", "math", "sys", "traceback", "numpy"}
+
+
+def test_a_stateless_rule_conforms_through_the_cli(worker_dir, capsys):
+    rc, out, _ = run_cli(capsys, "qfedavg", "--cmd", cmd(worker_dir), "--generated", "25")
+    assert rc == 0, out
+    assert out.startswith("qfedavg: conforms on ") and "25 generated examples" in out
+
+
+def test_a_stateful_rule_conforms_through_the_cli(worker_dir, capsys):
+    rc, out, _ = run_cli(capsys, "afl", "--cmd", cmd(worker_dir), "--generated", "25")
+    assert rc == 0, out
+    assert out.startswith("afl: conforms on ")
+
+
+def test_a_formula_conforms_and_a_planted_mistake_is_caught_and_named(worker_dir, capsys):
+    rc, out, _ = run_cli(capsys, "project_simplex", "--cmd", cmd(worker_dir))
+    assert rc == 0, out
+    rc, out, _ = run_cli(
+        capsys, "project_simplex", "--cmd", cmd(worker_dir, "--mistake", "off-by-one")
+    )
+    assert rc == 1
+    assert "your implementation differs from fairagg" in out
+    assert "off-by-one simplex projection" in out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "named"),
+    [
+        ("norm-not-squared", "your norm is not squared"),
+        ("no-epsilon", "ε is missing"),
+    ],
+)
+def test_a_planted_qfedavg_mistake_is_caught_and_named_through_the_worker(
+    worker_dir, capsys, mistake, named
+):
+    rc, out, _ = run_cli(
+        capsys, "qfedavg", "--cmd", cmd(worker_dir, "--mistake", mistake), "--generated", "25"
+    )
+    assert rc == 1
+    assert named in out
+
+
+def test_round_base_feeds_the_outside_code_its_own_round_numbers(worker_dir, capsys):
+    rc, out, _ = run_cli(capsys, "fedavg", "--cmd", cmd(worker_dir), "--generated", "10")
+    assert rc == 1
+    assert "ValueError: rounds count from 1; got 0" in out
+    rc, out, _ = run_cli(
+        capsys, "fedavg", "--cmd", cmd(worker_dir), "--generated", "10", "--round-base", "1"
+    )
+    assert rc == 0, out
+
+
+def test_a_skip_reply_counts_the_case_as_outside_the_domain(worker_dir, capsys):
+    rc, out, _ = run_cli(
+        capsys, "fedavg", "--cmd", cmd(worker_dir, "--mistake", "domain"), "--generated", "30"
+    )
+    assert rc == 0, out
+    n_out = int(out.split("; ")[1].split(" cases outside")[0])
+    assert n_out >= 1  # single_client at least
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["afl"], "check needs --cmd"),
+        ([], "check needs a TARGET"),
+        (["nosuch", "--cmd", "true"], "target must be a registered rule"),
+        (["fedfv", "--cmd", "{py}"], "does not implement 'fedfv'"),
+        (["fedavg", "--cmd", "{py}", "--generated", "-1"], "--generated must be >= 0"),
+        (["fedavg", "--cmd", "{py}", "--param", "q=2"], "'fedavg' has no parameter 'q'"),
+        (["fedavg", "--cmd", "{py}", "--golden", "nosuch"], "has no case 'nosuch'"),
+        (["fedavg", "--cmd", "/nonexistent/worker"], "cannot start the worker"),
+        (["fedavg", "--cmd", "true"], "exited (status 0) before answering request 1"),
+    ],
+)
+def test_usage_errors_are_one_line_and_status_2(worker_dir, capsys, argv, message):
+    argv = [a.replace("{py}", cmd(worker_dir)) for a in argv]
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("fairagg: error: ") and message in err
+
+
+# ---------------------------------------------------------------------------- the Worker API
+def test_check_takes_a_worker_and_raises_with_the_named_mistake(worker_dir):
+    with Worker(cmd(worker_dir, "--mistake", "off-by-one")) as w:
+        assert w.targets == ["afl", "fedavg", "project_simplex", "qfedavg"]
+        with pytest.raises(ConformanceError, match="off-by-one simplex projection") as info:
+            check(w, "project_simplex", hypothesis=False)
+    assert info.value.mismatch.quantity == "out"
+
+
+def test_the_worker_reports_what_the_code_raised_as_its_result(tmp_path):
+    worker = tmp_path / "raises.py"
+    worker.write_text(
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    if req['op'] == 'hello':\n"
+        "        targets = ['project_simplex']\n"
+        "        res = {'id': req['id'], 'result': {'protocol': 1, 'targets': targets}}\n"
+        "    else:\n"
+        "        res = {'id': req['id'], 'error': {'type': 'ZeroDivisionError', 'message': 'x'}}\n"
+        "    print(json.dumps(res), flush=True)\n",
+        encoding="utf-8",
+    )
+    with Worker([sys.executable, str(worker)]) as w:
+        report = check(w, "project_simplex", hypothesis=False, raise_on_mismatch=False)
+    assert report.mismatch.quantity == "exception"
+    assert report.mismatch.detail == "your function raised ZeroDivisionError: x"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("print('hello there', flush=True)", "wrote a line that is not JSON on its stdout"),
+        ("print(json.dumps({'id': 99, 'result': None}), flush=True)", "answered request 1 with"),
+        (
+            "import time; time.sleep(30)",
+            "sent no reply to request 1 (hello) within the timeout, 1 s",
+        ),
+        ("sys.stderr.write('boom\\n'); sys.exit(3)", "exited (status 3)"),
+        (
+            "print(json.dumps({'id': 1, 'result': {'protocol': 2}}), flush=True)",
+            "answered hello with",
+        ),
+    ],
+)
+def test_a_broken_worker_is_a_clear_worker_error(tmp_path, body, message):
+    worker = tmp_path / "broken.py"
+    worker.write_text(f"import json, sys\nsys.stdin.readline()\n{body}\n", encoding="utf-8")
+    with pytest.raises(WorkerError, match="the worker .*") as info:
+        Worker([sys.executable, str(worker)], timeout=1)
+    assert message in str(info.value)
+    if "status 3" in message:
+        assert "its stderr ends with:\nboom" in str(info.value)
+
+
+def test_worker_arguments_are_checked():
+    with pytest.raises(ValueError, match="command must not be empty"):
+        Worker("  ")
+    with pytest.raises(ValueError, match="command cannot be split into arguments"):
+        Worker("python 'w.py")
+    with pytest.raises(TypeError, match="command must be a string"):
+        Worker(3)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        Worker("true", timeout=0)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        Worker("true", timeout=2.0**1000)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+        Worker("true", timeout="1")
+
+
+def test_non_finite_numbers_travel_as_strings():
+    from fairagg._worker import decode, encode
+
+    a = np.array([1.5, np.inf, -np.inf, np.nan])
+    enc = encode({"x": a, "s": np.float64(np.inf), "i": np.int64(3), "b": np.array([True])})
+    assert enc["x"]["data"][1:] == ["inf", "-inf", "nan"]
+    assert enc["s"] == "inf" and enc["i"] == 3
+    back = decode(enc)
+    np.testing.assert_array_equal(back["x"], a)
+    assert back["b"].dtype == bool
+    np.testing.assert_array_equal(decode([1, "inf", 2.5]), [1.0, np.inf, 2.5])
+    assert decode(["fedavg", "afl"]) == ["fedavg", "afl"]
+
+
+# ------------------------------------------------------- the same options for Python functions
+def _fedavg_weights(num_samples):
+    return num_samples / num_samples.sum()
+
+
+def test_skip_assume_and_domain_count_cases_outside_instead_of_failing():
+    import hypothesis
+
+    from fairagg.conformance import Skip
+
+    def skips(num_samples):
+        if num_samples.size < 2:
+            raise Skip("one client")
+        return _fedavg_weights(num_samples)
+
+    def assumes(num_samples):
+        hypothesis.assume(num_samples.size >= 2)
+        return _fedavg_weights(num_samples)
+
+    for fn in (skips, assumes):
+        report = check(fn, "fedavg_weights", max_examples=40)
+        assert report and report.outside >= 1, report
+        assert "cases outside your domain" in str(report)
+    wrong_on_one = lambda num_samples: (
+        num_samples * 0.0
+        if num_samples.size < 2
+        # noqa: E731
+        else (_fedavg_weights(num_samples))
+    )
+    assert not check(wrong_on_one, "fedavg_weights", max_examples=40, raise_on_mismatch=False)
+    report = check(
+        wrong_on_one,
+        "fedavg_weights",
+        max_examples=40,
+        domain=lambda inputs, params: np.size(inputs["num_samples"]) >= 2,
+    )
+    assert report and report.outside >= 1
+    plain = check(_fedavg_weights, "fedavg_weights", max_examples=40)
+    assert plain.outside == 0 and "outside" not in str(plain)
+
+
+def test_round_base_and_domain_for_a_python_rule():
+    def from_one(params, deltas, num_samples, round_index):
+        if round_index < 1:
+            raise ValueError("rounds count from 1")
+        return params - _fedavg_weights(num_samples) @ deltas
+
+    assert not check(from_one, "fedavg", max_examples=5, raise_on_mismatch=False)
+    assert check(from_one, "fedavg", max_examples=5, round_base=1)
+    with pytest.raises(TypeError, match="round_base must be an int"):
+        check(from_one, "fedavg", round_base=1.0)
+    with pytest.raises(TypeError, match="domain must be callable"):
+        check(from_one, "fedavg", domain=3)
+    with pytest.raises(TypeError, match="domain raised ZeroDivisionError"):
+        check(from_one, "fedavg", round_base=1, domain=lambda i, p: 1 / 0)
