@@ -326,18 +326,24 @@ def best_fixed_decision(
     def value(x: np.ndarray) -> float:
         return float(np.sum(np.log1p(R @ x)))
 
+    # ∇f and −∇²f = Σ_t r_t r_tᵀ / z_t² are used only on directions d with Σ d = 0 (the
+    # simplex's) and in the gap max_k ∇f_k − ⟨∇f, p⟩, where r_t may be shifted by any multiple
+    # of 1: shifted by its minimum, a round with every response near −1 (z_t near 0) no longer
+    # puts ~1/z_t on every entry of ∇f (a gap computed as the difference of two such sums lost
+    # every digit below eps/z_t: a wrong "certified" point) nor ~1/z_t² on the all-ones
+    # direction of the Hessian (which stalled the damped Newton steps).
+    S = R - R.min(axis=1, keepdims=True)
+
+    def shifted_gradient(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        W = S / (1.0 + R @ x)[:, None]
+        g = W.sum(axis=0)  # ∇f up to a multiple of 1
+        return W, g, float(np.max(g) - g @ x)
+
     f = value(p)
     for it in range(1, n_it + 1):
-        z = 1.0 + R @ p
-        grad = (R / z[:, None]).sum(axis=0)  # ∇f, f concave
-        gap = float(np.max(grad) - grad @ p)
+        W, grad, gap = shifted_gradient(p)
         if gap <= t * max(1.0, abs(f)):
             return BestFixedDecision(p, f, max(gap, 0.0), it - 1)
-        # −∇²f = Σ_t r_t r_tᵀ / z_t², used only on directions d with Σ d = 0 (the simplex's),
-        # where r_t may be shifted by any multiple of 1: shifted by its minimum, a round with
-        # every response near −1 (z_t near 0) no longer puts ~1/z_t² on the all-ones direction,
-        # which stalled the damped Newton steps (the QP's minimiser on the simplex is the same).
-        W = (R - R.min(axis=1, keepdims=True)) / z[:, None]
         H = W.T @ W
         mu = max(gap, 1e-12 * (1.0 + float(np.trace(H)) / K))
         A = H + mu * np.eye(K)
@@ -357,9 +363,7 @@ def best_fixed_decision(
         if fc < f - noise:  # no progress possible at working precision
             break
         p, f = cand, fc
-    z = 1.0 + R @ p
-    grad = (R / z[:, None]).sum(axis=0)
-    gap = float(np.max(grad) - grad @ p)
+    gap = shifted_gradient(p)[2]
     # Stalled at working precision: accept a gap within 1e3 of the target (it is reported, so the
     # certificate stays honest); anything larger is a failure, never a silent answer.
     if gap > 1e3 * t * max(1.0, abs(f)):

@@ -1614,9 +1614,18 @@ def test_best_fixed_decision_stops_when_the_gap_equals_tol():
 
 
 def frank_wolfe_gap(R: np.ndarray, p: np.ndarray) -> float:
-    """max_i ∇_i f − ⟨∇f, p⟩ for f(p) = Σ_t log(1 + ⟨p, r_t⟩)."""
-    grad = (R / (1.0 + R @ p)[:, None]).sum(axis=0)
-    return float(np.max(grad) - grad @ p)
+    """max_i ∇_i f − ⟨∇f, p⟩ for f(p) = Σ_t log(1 + ⟨p, r_t⟩), in exact rational arithmetic
+    on the float inputs, p normalised to sum to 1 (rounded once at the end): with a round's
+    responses near −1, ∇f is ~1/z_t in every entry, and the float difference of the two sums
+    (or Σ p off 1 by an ulp) would be rounding noise of that size."""
+    from fractions import Fraction
+
+    Rq = [[Fraction(float(x)) for x in row] for row in np.asarray(R, dtype=np.float64)]
+    pq = [Fraction(float(x)) for x in p]
+    pq = [w / sum(pq) for w in pq]  # on the simplex exactly (Σ p may be 1 ± an ulp)
+    z = [1 + sum(r * w for r, w in zip(row, pq, strict=True)) for row in Rq]
+    grad = [sum(row[j] / zt for row, zt in zip(Rq, z, strict=True)) for j in range(len(pq))]
+    return float(max(grad) - sum(g * w for g, w in zip(grad, pq, strict=True)))
 
 
 # Sequences on which the proximal-Newton step must backtrack (to 1/32 of the step), or where
@@ -1664,7 +1673,9 @@ def test_best_fixed_decision_reports_the_gap_at_its_p_when_it_stops_at_max_iter(
 def test_best_fixed_decision_never_returns_an_uncertified_answer():
     # A round with every response at −0.999999 puts ∇f at about −1e6 · 1, so the gap cannot be
     # resolved to 1e-13 and the line search stalls: a RuntimeError (or, should the method ever
-    # manage, a certified answer), never anything else.
+    # manage, a certified answer), never anything else. The gap is checked in exact arithmetic:
+    # computed as the float difference of two ~1e6 sums it read 0.0 at a point whose true gap
+    # is 5.4e-11, 37 times the target (fixed by shifting each round by its minimum).
     R = np.array([[-0.999999, 1.0], [0.0, -0.99], [-0.999999, -0.999999]])
     try:
         best = best_fixed_decision(R)
@@ -1716,3 +1727,70 @@ def test_best_fixed_decision_converges_with_a_round_of_responses_near_minus_one(
         R = np.vstack([rng.uniform(-0.5, 1.0, (5, 10)), np.full((1, 10), -0.999999)])
         res = best_fixed_decision(R)
         assert res.gap <= 1e-13 * max(1.0, abs(res.value))
+
+
+# ---------------------------------------------------------------- found by mutation testing
+def test_best_fixed_decision_stops_at_exactly_100_steps_by_default():
+    # With tol = 1e-300 the gap of an interior optimum never reaches the target (it stalls at a
+    # few ulps), so the run uses every iteration the default limit allows: 100, named in the
+    # error. On a machine where a gap rounds to exactly 0 a run may instead return, certified.
+    raised = 0
+    for seed in (0, 2, 3, 5):
+        R = np.random.default_rng(seed).uniform(-0.9, 1.0, (20, 3))
+        try:
+            res = best_fixed_decision(R, tol=1e-300)
+        except RuntimeError as err:
+            raised += 1
+            assert re.fullmatch(
+                r"best_fixed_decision did not converge: gap \S+ after 100 steps "
+                r"\(raise max_iter or tol\)",
+                str(err),
+            ), str(err)
+        else:
+            assert res.gap == 0.0 and res.iterations < 100
+    assert raised >= 1
+
+
+def test_best_fixed_decision_returns_a_stalled_run_within_1e3_tol_with_its_point():
+    # The run above, stalled after 100 steps at a gap G of a few ulps: with tol = G / 1e3 the gap
+    # is exactly at the accepted limit 1e3 · tol · max(1, |f|) (here |f| > 1, so the limit is
+    # G |f| > G and the answer comes back); the point, value and gap are those of the last step.
+    R = np.random.default_rng(0).uniform(-0.9, 1.0, (20, 3))
+    with pytest.raises(RuntimeError) as info:
+        best_fixed_decision(R, tol=1e-300)
+    G = float(str(info.value).split("gap ")[1].split(" ")[0])
+    res = best_fixed_decision(R, tol=G / 1e3)
+    assert isinstance(res.p, np.ndarray) and res.p.shape == (3,)
+    assert abs(res.p.sum() - 1.0) <= 1e-12 and np.all(res.p >= 0)
+    assert abs(res.value) > 1.0 and res.value == log_value(R, res.p)
+    assert res.gap <= G * abs(res.value)
+    assert_close(res.gap, max(frank_wolfe_gap(R, res.p), 0.0))
+
+
+def test_quadratic_ftrl_state_and_overflow_messages_are_exact():
+    state = quadratic_ftrl_init(2)
+    with pytest.raises(TypeError) as info:
+        quadratic_ftrl_update(object(), [0.1, 0.2], [0.5, 0.5])
+    assert str(info.value) == (
+        "state must be a fairagg.online.QuadraticFTRL (start from quadratic_ftrl_init, then "
+        "pass each round's returned state); got object"
+    )
+    # Σ g gᵀ overflows while Σ g ⟨g, p⟩ does not (⟨g, p⟩ = 0): still an error, never inf sums.
+    with pytest.raises(ValueError) as info:
+        quadratic_ftrl_update(state, [1e200, -1e200], [0.5, 0.5])
+    assert str(info.value) == (
+        "grad is too large for the FTRL sums: Σ g gᵀ and Σ g ⟨g, p⟩ overflow float64 "
+        "(largest |grad| entry 1e+200; products of entries must stay below about 1.8e308)"
+    )
+
+
+def test_quadratic_ftrl_update_reads_a_float32_grad_in_float64():
+    # g ⟨g, p⟩ computed in float32 would round differently: the sums are float64 arithmetic on
+    # the float32 values, exactly as for the same values given as float64.
+    g32 = np.array([0.1, 0.7, -0.3], dtype=np.float32)
+    p = np.array([0.2, 0.3, 0.5])
+    got = quadratic_ftrl_update(quadratic_ftrl_init(3), g32, p)
+    want = quadratic_ftrl_update(quadratic_ftrl_init(3), g32.astype(np.float64), p)
+    for a, b in zip(got[:3], want[:3], strict=True):
+        assert a.dtype == np.float64
+        np.testing.assert_array_equal(a, b)
