@@ -7,6 +7,8 @@ The theorems of the FedFV paper are in tests/rules/test_fedfv_theory.py.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -169,6 +171,8 @@ def test_a_conflict_is_strictly_below_minus_rho_times_the_norms(method):
         D = np.array([[1.0, 0.0], [dot, 1.0]])  # ‖δ_1‖² = 1 + dot² rounds to 1
         res = fedfv_direction(D, [0.0, 1.0], alpha=0.0, method=method)
         assert res.conflicts_found == found
+        # the projections use the same strict test (each g̃_i is still δ_i, of scale 1)
+        assert res.projections == 2 * found
 
 
 @pytest.mark.parametrize("method", ["gram", "vector"])
@@ -790,3 +794,136 @@ def test_cuda_backend_with_a_history_is_the_numpy_answer():
     assert got.external_projections == ref.external_projections
     assert_close(got.direction, ref.direction)
     assert_close(got.history_weights, ref.history_weights)
+
+
+# ---------------------------------------------------------------- found by mutation testing
+def test_keep_count_checks_num_clients_naming_it():
+    for bad, exc in ((0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match=r"^num_clients must be"):
+            fedfv_keep_count(bad, 0.1)
+    with pytest.raises(ValueError) as info:
+        fedfv_keep_count(0, 0.1)
+    assert str(info.value) == "num_clients must be >= 1; got 0"
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_the_paper_window_never_holds_this_round(method):
+    """The α = 0 round above leaves δ3 in conflict with ḡ (ḡ·δ3 = −1/24). With τ = 1 in round
+    t = 1 the paper's window is round 0 alone, which holds no update here: nothing external is
+    found, ḡ stays (1/12, −1/12). This round's clients are never a group of Alg. 3 (they
+    would project δ3 out of ḡ)."""
+    D = np.array([[0.0, -0.5], [-0.5, -0.5], [0.5, 1.0]])
+    for t in (1, 2, 5):
+        res = fedfv_direction(
+            D, [0.0, 1.0, 2.0], alpha=0.0, rescale=False, method=method, tau=1, round_index=t
+        )
+        assert res.external_conflicts == 0 and res.external_projections == 0
+        assert_close(res.direction, np.array([1.0, -1.0]) / 12)
+        assert res.conflicts_remaining == 1
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_a_zero_history_update_in_the_window_is_ignored(method):
+    """A client whose latest update was exactly 0, in the window, beside this round's updates
+    (squared norms below 2^55, so the zero rows are looked at one by one): it has norm 0, is
+    never a conflict, and the round equals the round without it."""
+    D = np.array([[1.0, 0.0], [-1.0, 0.5], [0.3, -1.0]])
+    H = FedFVHistory(np.zeros((2, 2)), np.array([0, 0]), np.array([7, 8]))
+    with_zero = fedfv_direction(D, [1.0, 2.0, 3.0], tau=1, round_index=1, history=H, method=method)
+    alone = fedfv_direction(D, [1.0, 2.0, 3.0], tau=1, round_index=1, method=method)
+    np.testing.assert_array_equal(with_zero.direction, alone.direction)
+    np.testing.assert_array_equal(with_zero.history_weights, [0.0, 0.0])
+    assert with_zero.external_conflicts == 0
+
+
+def _tiny_history_case():
+    # This round's updates near 1e-100 and a conflicting history update near 1e-170: its square
+    # (1e-340) underflows to 0, yet relative to the round it is an ordinary update.
+    D = np.array([[1.0, 0.0], [0.2, 1.0]]) * 1e-100
+    H = FedFVHistory(np.array([[-1.0, -0.3]]) * 1e-170, np.array([0]), np.array([5]))
+    return D, H
+
+
+def _mixed_magnitude_case():
+    # One update of squared norm 121 (below 2^55) and one whose squared norm (about 2^-1018)
+    # is a sum of a normal square and 63 subnormal ones, each rounded: only the scaled
+    # computation keeps its digits.
+    row1 = np.full(64, 1.5 * 2.0**-537)
+    row1[0] = -(2.0**-509)
+    row0 = np.zeros(64)
+    row0[0] = 11.0
+    return np.array([row0, row1]), None
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+@pytest.mark.parametrize("case", [_tiny_history_case, _mixed_magnitude_case])
+def test_direction_is_exactly_homogeneous_where_squares_underflow(method, case):
+    """g(2^k U) = 2^k g(U) bit for bit, C and the counts unchanged: at k = 300 every square is
+    an ordinary number and the plain computation is exact to rounding; at k = 0 some squares
+    under- or lose digits, and the direction must come from the same scaled updates."""
+    D, H = case()
+    kw = {"tau": 1, "round_index": 1} if H is not None else {}
+
+    def run(k):
+        hist = None if H is None else H._replace(updates=np.ldexp(H.updates, k))
+        return fedfv_direction(
+            np.ldexp(D, k), [1.0, 2.0], alpha=0.0, history=hist, method=method, **kw
+        )
+
+    ref = run(300)
+    if H is not None:
+        assert ref.external_conflicts == 1  # the tiny old update is a real conflict
+    for k in (0, -20, 300, 600):
+        got = run(k)
+        np.testing.assert_array_equal(got.direction, np.ldexp(ref.direction, k - 300))
+        np.testing.assert_array_equal(got.coefficients, ref.coefficients)
+        np.testing.assert_array_equal(got.history_weights, ref.history_weights)
+        assert got[6:] == ref[6:]
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+@pytest.mark.parametrize("k", [-40, 0, 500])
+def test_the_zero_threshold_is_2_to_the_minus_1022_of_the_largest_square(method, k):
+    """δ0 = (1, 0) and δ1 = (−s, 0), scaled by 2^k: ‖δ1‖² = s² counts as zero exactly when it
+    is below 2^-1022 P, P = 1 the largest square. Non-zero, δ1 conflicts with δ0 and each
+    projection removes the other's whole update (g̃0 = δ0 − (δ0·δ1/s²) δ1 = 0, likewise g̃1):
+    ḡ = 0. Zero, δ1 is neither projected nor a target: ḡ = (δ0 + δ1)/2 = (½, 0) to rounding."""
+    for c, zero in ((0.74, True), (0.999, True), (1.0, False), (1.5, False), (1.99, False)):
+        s = math.sqrt(c) * 2.0**-511
+        if c == 1.0:
+            s = 2.0**-511  # s² = 2^-1022 exactly: the threshold itself counts as non-zero
+        D = np.ldexp(np.array([[1.0, 0.0], [-s, 0.0]]), k)
+        res = fedfv_direction(D, [1.0, 2.0], alpha=0.0, rescale=False, method=method)
+        want = np.ldexp(np.array([0.5, 0.0]), k) if zero else np.zeros(2)
+        np.testing.assert_array_equal(res.direction, want, err_msg=f"c = {c}")
+        assert res.projections == (0 if zero else 2)
+
+
+def _one_old(u, D):
+    """fedfv_direction in round 1, τ = 1, with one old update u (from round 0)."""
+    H = FedFVHistory(np.array([u], dtype=float), np.array([0]), np.array([9]))
+    return lambda method: fedfv_direction(
+        np.array(D, dtype=float), np.arange(len(D), dtype=float), alpha=0.0, tau=1,
+        round_index=1, history=H, method=method, rescale=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_an_external_conflict_is_strictly_below_minus_rho_times_the_scales(method):
+    """Alg. 3's test is u·ḡ < −ρ ‖u‖ Σ_l |c_l| ‖u_l‖. One client δ = (s, 0) (c = 1, scale s) and
+    u = (−x, 1) (norm 1 as float64 rounds it): u·ḡ = −x s is a conflict iff x > ρ, whatever s."""
+    for s in (1.0, 2.0, 0.25):
+        for x, hit in ((RHO, False), (RHO / 2, False), (2 * RHO, True), (RHO * 1.5, True)):
+            res = _one_old([-x, 1.0], [[s, 0.0]])(method)
+            assert res.external_conflicts == int(hit), (s, x)
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_an_old_update_subnormal_relative_to_the_round_is_never_a_conflict(method):
+    """u = (−1, −0.3)·2^-520: ‖u‖² is below 2^-1022 P (P the largest square, here 1): it counts
+    as zero, so it is no conflict although u·ḡ < 0 (projecting on it would remove ḡ's whole
+    component along u)."""
+    res = _one_old(np.ldexp([-1.0, -0.3], -520), [[1.0, 0.0], [0.2, 1.0]])(method)
+    assert res.external_conflicts == 0
+    np.testing.assert_array_equal(res.history_weights, [0.0])
+    assert_close(res.direction, np.array([0.6, 0.5]))
