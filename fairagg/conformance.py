@@ -186,11 +186,15 @@ def _qffl_terms(
 
 
 def _project_terms(y: Any, total: float = 1.0, *, inclusive: bool = True) -> dict[str, Any]:
+    """The sort-based projection; ``inclusive=False`` is the public q-FFL code's (fair_flearn,
+    ``flearn/utils/model_utils.py``, ``project``): its ρ test sums u_i over i < j instead of
+    i ≤ j, while τ still sums the first ρ entries."""
     v = np.asarray(y, float)
     u = np.sort(v)[::-1]
     j = np.arange(1, u.size + 1)
-    css = np.cumsum(u) if inclusive else np.concatenate([[0.0], np.cumsum(u)[:-1]])
-    rho = int(np.nonzero(u + (total - css) / j > 0)[0][-1]) + 1
+    css = np.cumsum(u)
+    test = css if inclusive else np.concatenate([[0.0], css[:-1]])
+    rho = int(np.nonzero(u + (total - test) / j > 0)[0][-1]) + 1
     tau = (total - css[rho - 1]) / rho
     return {"tau": tau, "out": np.maximum(v + tau, 0.0)}
 
@@ -339,8 +343,9 @@ def _qfedsgd_run(i: Json, p: Json, **sw: Any) -> dict[str, Any]:
 
 _OFF_BY_ONE = _Mutant(
     "tau",
-    "off-by-one simplex projection (the cumulative sum Σ_{i<j} where the sort-based projection "
-    "has Σ_{i≤j}, as in the public q-FFL code; SPEC §3)",
+    "off-by-one simplex projection, the public q-FFL code's (fair_flearn): its ρ test sums "
+    "Σ_{i<j} u_i where the sort-based projection has Σ_{i≤j} u_i, so ρ can be too large and "
+    "the result leaves the simplex (SPEC §3)",
     {"inclusive": False},
 )
 
@@ -431,9 +436,22 @@ TERMS: dict[str, _Terms] = {
 }
 
 
-def _round_formula(rule: str, theta: Any, r: Json, hyper: Json) -> tuple[str, Json, Json] | None:
-    """A stateless rule's round as a call of its formula (target, inputs, params), for terms and
-    known mistakes at the rule level; None when the rule has none."""
+def _round_formula(
+    rule: str, theta: Any, r: Json, hyper: Json, state: Any = None
+) -> tuple[str, Json, Json] | None:
+    """A rule's round as a call of its formula (target, inputs, params), for terms and known
+    mistakes at the rule level; None when the rule has none. ``state`` is what a stateful rule
+    carries into the round (AFL: λ over all K clients)."""
+    if rule == "afl":
+        ids = np.asarray(r["client_ids"])
+        lr = r["lr"] if hyper.get("lr") is None else hyper["lr"]
+        inputs = {
+            "params": theta,
+            "grads": r["gradients"],
+            "losses": r["losses"],
+            "mixture": np.asarray(state, dtype=np.float64)[ids],
+        }
+        return "afl_step", inputs, {"lr": lr, "lambda_lr": hyper["lambda_lr"]}
     if rule in ("qfedavg", "qfedsgd"):
         lr = r["lr"] if hyper.get("lipschitz") is None else 1.0 / hyper["lipschitz"]
         key = "deltas" if rule == "qfedavg" else "gradients"
@@ -451,14 +469,29 @@ def _round_formula(rule: str, theta: Any, r: Json, hyper: Json) -> tuple[str, Js
     return None
 
 
-def _round_terms(rule: str, theta: Any, r: Json, hyper: Json, **sw: Any) -> dict[str, Any] | None:
-    """A stateless rule's terms for one round, named as the rule reports them."""
-    spec = _round_formula(rule, theta, r, hyper)
+def _initial_state(rule: str, K: int) -> Any:
+    """What a stateful rule with terms starts from (AFL: λ⁰ = 1/K)."""
+    return np.full(K, 1.0 / K) if rule == "afl" else None
+
+
+def _round_terms(
+    rule: str, theta: Any, r: Json, hyper: Json, state: Any = None, **sw: Any
+) -> dict[str, Any] | None:
+    """A rule's terms for one round, named as the rule reports them (a stateful rule's state
+    after the round under ``"_state"``)."""
+    spec = _round_formula(rule, theta, r, hyper, state)
     if spec is None:
         return None
     name, inputs, params = spec
     out = dict(TERMS[name].run(inputs, params, **sw))
     th = np.asarray(theta, float)
+    if rule == "afl":
+        full = np.array(state, dtype=np.float64)
+        full[np.asarray(r["client_ids"])] = out["mixture"]
+        out["mixture"] = full
+        out["weights"] = params["lr"] * inputs["mixture"]
+        out["_state"] = full
+        return out
     if rule == "qfedavg":
         out["weights"] = out["weights"] / params["lr"]  # the rule reports the weight on δ_k
     elif rule == "fedmgda":
@@ -474,6 +507,7 @@ def _rule_terms_spec(rule: str) -> _Terms | None:
         "qfedsgd": "qfedsgd_step",
         "fedmgda": "fedmgda_weights",
         "fedavg": "fedavg_weights",
+        "afl": "afl_step",
     }.get(rule)
     if name is None:
         return None
@@ -1166,8 +1200,11 @@ class _Checker:
             yours.append(got)
             full = dict(w)
             if self.terms is not None and set(got) - set(w):
+                before = want["rounds"][t - 1].get("mixture") if t else None
+                if before is None:
+                    before = _initial_state(self.target, K)
                 with np.errstate(all="ignore"):
-                    extra = _round_terms(self.target, theta, r, params) or {}
+                    extra = _round_terms(self.target, theta, r, params, before) or {}
                 full.update({k: v for k, v in extra.items() if k not in full})
             other = None
             if self.target == "fedmgda":
@@ -1204,11 +1241,12 @@ class _Checker:
 
     def _rule_mutant_agrees(self, case: _Case, params: Json, yours: list[Json], m: _Mutant) -> bool:
         theta = np.asarray(case.inputs["params0"], dtype=np.float64)
+        state = _initial_state(self.target, int(case.inputs["num_clients"]))
         for r, got in zip(case.inputs["rounds"], yours, strict=False):
-            mut = _round_terms(self.target, theta, r, params, **m.switches)
+            mut = _round_terms(self.target, theta, r, params, state, **m.switches)
             if mut is None or not _agrees(got, mut, self.tol):
                 return False
-            theta = mut["params"]
+            theta, state = mut["params"], mut.get("_state")
         return True
 
 
@@ -1444,6 +1482,7 @@ def _rule_strategy(target: str, fixed: Json, st: Any, arr: Any, ints: Any, float
         "qffl-eg": {"q": floats(0.0, 5.0)},
         "fedmgda": {"epsilon": floats(0.0, 1.2)},
         "fedfv": {"alpha": floats(0.0, 1.0)},
+        "afl": {"lambda_lr": floats(0.001, 2.0)},
     }.get(target, {})
 
     @st.composite

@@ -787,6 +787,10 @@ FORMULAS: dict[str, Formula] = {
 # ---------------------------------------------------------------------------------- rules
 #: Rule cases beyond the common ones: a rule's variants, by hyper-parameters.
 RULE_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    # AFL's default λ step (0.01) leaves λ + γ_λ F inside the simplex's positive orthant, where
+    # every projection keeps all K entries: a larger step makes it clip, the branch where the
+    # public q-FFL code's off-by-one projection differs (SPEC §3).
+    "afl": {"large_lambda_step": {"lambda_lr": 1.0}},
     "qfedavg": {"q_zero": {"q": 0.0}, "q_five": {"q": 5.0}},
     "qfedsgd": {"q_five": {"q": 5.0}},
     "term": {"official": {"variant": "official", "tilt": 0.5}, "negative_tilt": {"tilt": -1.0}},

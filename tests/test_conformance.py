@@ -31,13 +31,13 @@ def qfedavg_np(params, deltas, losses, q, lr, epsilon, *, square=True, with_eps=
 
 
 def project_np(y, total=1.0, *, off_by_one=False):
-    """The sort-based simplex projection; ``off_by_one`` sums Σ_{i<j} as the public q-FFL code."""
+    """The sort-based simplex projection; ``off_by_one`` is the public q-FFL code's, whose ρ
+    test sums Σ_{i<j} u_i (τ still sums the first ρ entries)."""
     u = np.sort(y)[::-1]
     css = np.cumsum(u)
-    if off_by_one:
-        css = css - u
+    test = css - u if off_by_one else css
     j = np.arange(1, y.size + 1)
-    rho = np.nonzero(u + (total - css) / j > 0)[0][-1]
+    rho = np.nonzero(u + (total - test) / j > 0)[0][-1]
     return np.maximum(y + (total - css[rho]) / (rho + 1), 0.0)
 
 
@@ -170,7 +170,7 @@ def test_a_stateful_independent_afl_conforms():
         return step
 
     report = check(afl, "afl", adapter=Adapter(stateful=True), max_examples=50)
-    assert report.golden == 6
+    assert report.golden == 7
 
 
 def test_fedmgda_solved_with_cvxpy_conforms_at_a_solver_tolerance():
@@ -360,7 +360,7 @@ def test_the_off_by_one_projection_is_caught(golden):
     report = check(bad, "project_simplex", golden=golden, raise_on_mismatch=False)
     m = report.mismatch
     assert m.diagnosis.startswith("tau differs: off-by-one simplex projection")
-    assert m.inputs["y"].size == 1
+    assert m.inputs["y"].size == 2  # one entry is always right: its ρ test is Σ over nothing
 
 
 def test_the_off_by_one_projection_is_caught_inside_afl():

@@ -282,3 +282,28 @@ def test_round_base_and_domain_for_a_python_rule():
         check(from_one, "fedavg", domain=3)
     with pytest.raises(TypeError, match="domain raised ZeroDivisionError"):
         check(from_one, "fedavg", round_base=1, domain=lambda i, p: 1 / 0)
+
+
+def test_fair_flearn_afl_projection_is_caught_by_the_default_golden_cases_and_named(
+    worker_dir, capsys
+):
+    # The public q-FFL code's projection (its ρ test sums the entries before the j-th only)
+    # agrees with the exact one whenever no entry is clipped, as at AFL's default λ step: the
+    # golden case with γ_λ = 1 clips, and the generated cases draw γ_λ up to 2.
+    rc, out, _ = run_cli(
+        capsys, "afl", "--cmd", cmd(worker_dir, "--mistake", "off-by-one"), "--generated", "0"
+    )
+    assert rc == 1
+    assert "golden case rules/afl/large_lambda_step" in out
+    assert "the public q-FFL code's (fair_flearn)" in out
+    rc, out, _ = run_cli(
+        capsys,
+        "afl",
+        "--cmd",
+        cmd(worker_dir, "--mistake", "off-by-one"),
+        "--golden",
+        "none",
+        "--generated",
+        "100",
+    )
+    assert rc == 1 and "the public q-FFL code's (fair_flearn)" in out

@@ -25,16 +25,16 @@ MISTAKE = sys.argv[sys.argv.index("--mistake") + 1] if "--mistake" in sys.argv e
 
 
 def project_simplex(y, total=1.0):
-    """Sort-based projection onto the simplex; ``--mistake off-by-one`` sums over i < j in the
-    threshold test, as the public q-FFL (fair_flearn) code does."""
-    u = np.sort(y)[::-1]
-    css = np.cumsum(u)
-    if MISTAKE == "off-by-one":
-        css = np.concatenate([[0.0], css[:-1]])
-    j = np.arange(1, u.size + 1)
-    rho = int(np.nonzero(u + (total - css) / j > 0)[0][-1]) + 1
-    tau = (total - css[rho - 1]) / rho
-    return np.maximum(y + tau, 0.0)
+    """Sort-based projection onto the simplex; ``--mistake off-by-one`` is the public q-FFL
+    (fair_flearn) code's loop, whose ρ test sums the entries before the i-th only."""
+    u = sorted(y, reverse=True)
+    rho = 0
+    for i in range(len(u)):
+        before = np.sum(u[:i]) if MISTAKE == "off-by-one" else np.sum(u[: i + 1])
+        if u[i] + (total - before) / (i + 1) > 0:
+            rho = i + 1
+    tau = (total - np.sum(u[:rho])) / rho
+    return np.maximum(np.asarray(y) + tau, 0.0)
 
 
 def qfedavg(params, deltas, losses, lr, q, epsilon, lipschitz=None):
