@@ -250,12 +250,10 @@ def test_skip_assume_and_domain_count_cases_outside_instead_of_failing():
         report = check(fn, "fedavg_weights", max_examples=40)
         assert report and report.outside >= 1, report
         assert "cases outside your domain" in str(report)
-    wrong_on_one = lambda num_samples: (
-        num_samples * 0.0
-        if num_samples.size < 2
-        # noqa: E731
-        else (_fedavg_weights(num_samples))
-    )
+
+    def wrong_on_one(num_samples):
+        return num_samples * 0.0 if num_samples.size < 2 else _fedavg_weights(num_samples)
+
     assert not check(wrong_on_one, "fedavg_weights", max_examples=40, raise_on_mismatch=False)
     report = check(
         wrong_on_one,
