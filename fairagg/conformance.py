@@ -283,6 +283,70 @@ def _norm(v: np.ndarray) -> float:
     return top * float(np.linalg.norm(v / top)) if top > 0 else 0.0
 
 
+def _fedfv_terms(
+    deltas: Any,
+    losses: Any,
+    alpha: float = 0.1,
+    order: str = "loss",
+    seed: int = 0,
+    round_index: int = 0,
+    variant: str = "paper",
+    rescale: bool = True,
+    *,
+    reverse: bool = False,
+    against_projected: bool = False,
+) -> dict[str, Any]:
+    """FedFV's Alg. 2 (no history) on d-vectors, as written: the order and kept set, the
+    internal projections of each g̃_i onto the conflicting δ_j in order, ḡ and its rescaling.
+    ``reverse`` sorts the losses the other way (order and kept set); ``against_projected``
+    projects onto the already-projected g̃_j (updated in place) instead of the original δ_j."""
+    from .rules.fedfv import RHO, _norms, fedfv_keep_count, fedfv_order
+
+    D = np.asarray(deltas, dtype=np.float64)
+    m = D.shape[0]
+    perm = fedfv_order(m, losses, order, seed, round_index)
+    if reverse:
+        perm = perm[::-1].copy()
+    kept = np.zeros(m, dtype=bool)
+    kept[perm[m - fedfv_keep_count(m, alpha, variant) :]] = True
+    norms = _norms(np.einsum("ij,ij->i", D, D))
+    C = np.eye(m)
+    G = D.copy()
+    for i in range(m):
+        if kept[i] or norms[i] == 0.0:
+            continue
+        g, size = D[i].copy(), norms[i]
+        for j in perm:
+            if j == i or norms[j] == 0.0:
+                continue
+            target = G[j] if against_projected else D[j]
+            tn2 = float(target @ target)
+            dot = float(target @ g)
+            if tn2 > 0.0 and dot < -RHO * math.sqrt(tn2) * size:
+                coef = dot / tn2
+                g = g - coef * target
+                C[i] -= coef * (C[j] if against_projected else np.eye(m)[j])
+                size += abs(coef) * math.sqrt(tn2)
+        G[i] = g
+    g_bar = G.sum(axis=0) / m
+    c = C.sum(axis=0) / m
+    size = float(np.abs(c) @ norms)
+    g_norm = float(np.linalg.norm(g_bar))
+    if g_norm <= RHO * size:
+        scale = 0.0
+    elif not rescale:
+        scale = 1.0
+    else:
+        scale = float(np.linalg.norm(D.sum(axis=0) / m)) / g_norm
+    return {
+        "order": perm,
+        "kept": kept,
+        "coefficients": C,
+        "weights": c * scale,
+        "direction": g_bar * scale,
+    }
+
+
 def _fedavg_terms(num_samples: Any, *, uniform: bool = False) -> dict[str, Any]:
     n = np.asarray(num_samples, float)
     return {"out": np.full(n.size, 1.0 / n.size) if uniform else n / n.sum()}
@@ -303,6 +367,29 @@ class _Terms:
     run: Callable[..., dict[str, Any]]
     texts: Mapping[str, str]
     mutants: tuple[_Mutant, ...] = ()
+
+
+_FEDFV_TEXTS = {
+    "order": "the projection order: ascending losses, ties by arrival (Alg. 1, line 6)",
+    "kept": "the ⌈α m⌉-ish highest-loss clients that keep δ_k (Alg. 2, line 1; SPEC §7)",
+    "coefficients": "C: g̃_i = Σ_j C_ij δ_j after projecting g̃_i onto each conflicting δ_j",
+    "weights": "a_k, the coefficient of δ_k in g",
+    "direction": "g = ḡ ‖mean δ‖ / ‖ḡ‖, ḡ the mean of the g̃_i (Alg. 1, line 11)",
+}
+_FEDFV_MUTANTS = (
+    _Mutant(
+        "order",
+        "the projection order is reversed (descending losses, so the kept set is the "
+        "lowest-loss clients) where FedFV projects in ascending loss order",
+        {"reverse": True},
+    ),
+    _Mutant(
+        "coefficients",
+        "projecting onto already-projected updates g̃_j where Alg. 2 projects each g̃_i onto "
+        "the original δ_j",
+        {"against_projected": True},
+    ),
+)
 
 
 _Q_TEXTS = {
@@ -340,6 +427,9 @@ def _qfedsgd_run(i: Json, p: Json, **sw: Any) -> dict[str, Any]:
         **sw,
     )
 
+
+#: The restatement with no mistake switched on: the formula computed literally in float64.
+_LITERAL = _Mutant("", "", {})
 
 _OFF_BY_ONE = _Mutant(
     "tau",
@@ -428,6 +518,20 @@ TERMS: dict[str, _Terms] = {
             ),
         ),
     ),
+    "fedfv_direction": _Terms(
+        lambda i, p, **sw: _fedfv_terms(
+            i["deltas"],
+            i["losses"],
+            **{
+                k: p[k]
+                for k in ("alpha", "order", "seed", "round_index", "variant", "rescale")
+                if k in p
+            },
+            **sw,
+        ),
+        _FEDFV_TEXTS,
+        _FEDFV_MUTANTS,
+    ),
     "fedavg_weights": _Terms(
         lambda i, p, **sw: _fedavg_terms(i["num_samples"], **sw),
         {"out": "a_k = n_k / Σ_{j∈S} n_j (FairAvg eq. 4)"},
@@ -466,6 +570,11 @@ def _round_formula(
         return "fedmgda_weights", inputs, {k: hyper[k] for k in ("epsilon", "server_lr")}
     if rule == "fedavg":
         return "fedavg_weights", {"num_samples": r["num_samples"]}, {}
+    if rule == "fedfv" and hyper.get("tau", 0) == 0:  # Alg. 2 alone: no history window
+        keys = ("alpha", "order", "seed", "variant", "rescale")
+        params = {k: hyper[k] for k in keys if k in hyper}
+        params["round_index"] = r["round_index"]
+        return "fedfv_direction", {"deltas": r["deltas"], "losses": r["losses"]}, params
     return None
 
 
@@ -498,6 +607,8 @@ def _round_terms(
         out["params"] = th - out["weights"] @ np.asarray(r["deltas"], float)
     elif rule == "fedavg":
         out = {"weights": out["out"], "params": th - out["out"] @ np.asarray(r["deltas"], float)}
+    elif rule == "fedfv":
+        out["params"] = th - out.pop("direction")
     return out
 
 
@@ -508,6 +619,7 @@ def _rule_terms_spec(rule: str) -> _Terms | None:
         "fedmgda": "fedmgda_weights",
         "fedavg": "fedavg_weights",
         "afl": "afl_step",
+        "fedfv": "fedfv_direction",
     }.get(rule)
     if name is None:
         return None
@@ -516,6 +628,9 @@ def _rule_terms_spec(rule: str) -> _Terms | None:
         texts = {"weights": t.texts["out"], "params": "θ − Σ_k a_k δ_k"}
         mutants = tuple(_Mutant("weights", m.message, m.switches) for m in t.mutants)
         return _Terms(t.run, texts, mutants)
+    if rule == "fedfv":  # θ^{t+1} = θ^t − g (terms with τ = 0, no history window)
+        texts = {k: v for k, v in t.texts.items() if k != "direction"}
+        return _Terms(t.run, {**texts, "params": "θ^{t+1} = θ^t − g"}, t.mutants)
     if rule == "qfedavg":  # the rule reports the weight on δ_k, not on Δw_k = L δ_k
         return _Terms(t.run, {**t.texts, "weights": "L F̃_k^q / Σ_j h_j, the weight on δ_k"},
                       t.mutants)  # fmt: skip
@@ -990,6 +1105,18 @@ def _another_optimum(
     return check
 
 
+def _all_finite(got: Json) -> bool:
+    """Every numeric output in ``got`` is finite (non-numeric values are not judged here)."""
+    for v in got.values():
+        try:
+            a = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        if not np.all(np.isfinite(a)):
+            return False
+    return True
+
+
 def _agrees(got: Json, other: Json, tol) -> bool:
     common = [k for k in got if k in other]
     return bool(common) and all(_close(got[k], other[k], *tol) is None for k in common)
@@ -1007,6 +1134,34 @@ class _Case:
     label: str
     inputs: Json
     params: Json  # the case's own parameters (hyper for rules); defaults are added at run time
+
+
+#: What a rule's reported outputs are (its ``info``), for the report's description line.
+_INFO_TEXTS = {
+    "weights": "a_k, the weight of the round's update k in the step (θ^{t+1} = θ^t − Σ a_k δ_k)",
+    "h_sum": "Σ_k h_k, the q-FFL step's denominator",
+    "normaliser": "S, the running normaliser of TERM's official variant",
+    "mixture": "the mixture λ (AFL: λ^{t+1} over all K clients, by client id; FedMGDA+: λ*)",
+    "model": "θ̄, the average of the iterates θ^1..θ^{t+1} (AFL's reported model)",
+    "min_norm": "‖Σ λ*_k ĝ_k‖, FedMGDA+'s min-norm value",
+    "coefficients": "C: g̃_i = Σ_j C_ij δ_j after FedFV's internal projections",
+    "order": "FedFV's projection order (first target first)",
+    "kept": "the clients that keep their original update (FedFV)",
+    "history_weights": "the coefficient of each stored old update in g (FedFV)",
+    "history_clients": "the clients whose latest update is stored after the round (FedFV)",
+    "conflicts_found": "pairs i < j of the round's updates that conflict (FedFV)",
+    "projections": "internal projections made (FedFV)",
+    "external_conflicts": "old updates of the window found conflicting with ḡ (FedFV Alg. 3)",
+    "external_projections": "external projections made (FedFV Alg. 3)",
+    "conflicts_remaining": "the round's clients whose δ_k still conflicts with g (FedFV)",
+    "accuracy_part": "FedFa's accuracy information weights",
+    "frequency_part": "FedFa's participation (frequency) weights",
+    "server_correction": "FedFa's server momentum term",
+    "p": "the decision p^t over all K clients (AAgFF)",
+    "response": "r^t, the clients' responses the decision is scored on (AAgFF)",
+    "decision_loss": "the decision's loss −log(1 + ⟨p, r⟩) (AAgFF)",
+    "decision_loss_observed": "the decision's loss on the observed clients (AAgFF-D)",
+}
 
 
 class _Checker:
@@ -1029,6 +1184,8 @@ class _Checker:
         self.kind = _kind(target)
         self.terms = TERMS.get(target) if self.kind == "formula" else _rule_terms_spec(target)
         self.texts = {k: _formula_text(target) for k in ("params", "out")}
+        if self.kind == "rule":
+            self.texts.update({k: v for k, v in _INFO_TEXTS.items() if k != "params"})
         if self.terms is not None:
             self.texts.update(self.terms.texts)
 
@@ -1218,26 +1375,44 @@ class _Checker:
 
     # diagnosis ----------------------------------------------------------------------------
     def _diagnose(self, case: _Case, params: Json, diff: _Diff) -> str | None:
-        """The known mistake whose results agree with yours on every round so far."""
-        if self.terms is None or not diff.yours:
+        """The known mistake whose results agree with yours on every round so far. First, if
+        yours equals the formula computed literally in float64 (the restatement with no
+        mistake), the difference is float64's range, not a mistake: a NaN there would match
+        any mistake that makes the same NaN. A non-finite output no restatement explains is
+        said as such."""
+        if not diff.yours:
             return None
-        for m in self.terms.mutants:
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    if self.kind == "formula":
-                        match = _agrees(
-                            diff.yours[0],
-                            self.terms.run(case.inputs, params, **m.switches),
-                            self.tol,
-                        )
-                    else:
-                        match = self._rule_mutant_agrees(case, params, diff.yours, m)
-            except Exception:  # noqa: BLE001 - a mistake that cannot run on this case
-                match = False
-            if match:
+        finite = all(_all_finite(got) for got in diff.yours)
+        literal = (
+            f"{diff.quantity}: yours is the formula computed literally in float64, which "
+            "over- or underflows on this case (a power or square out of range, then divided "
+            "by); fairagg computes it in a scaled or log form (SPEC §2), and so must a "
+            "reference"
+        )
+        if self.terms is not None and self._mistake_agrees(case, params, diff, _LITERAL):
+            return literal
+        for m in self.terms.mutants if self.terms is not None else ():
+            if self._mistake_agrees(case, params, diff, m):
                 return f"{m.term} differs: {m.message}"
+        if not finite:
+            return (
+                f"{diff.quantity} is not finite in yours where fairagg's is: an overflow, a "
+                "square or power that underflowed to 0 and was divided by, or 0/0 on a zero "
+                "update"
+            )
         return None
+
+    def _mistake_agrees(self, case: _Case, params: Json, diff: _Diff, m: _Mutant) -> bool:
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                if self.kind == "formula":
+                    return _agrees(
+                        diff.yours[0], self.terms.run(case.inputs, params, **m.switches), self.tol
+                    )
+                return self._rule_mutant_agrees(case, params, diff.yours, m)
+        except Exception:  # noqa: BLE001 - a mistake that cannot run on this case
+            return False
 
     def _rule_mutant_agrees(self, case: _Case, params: Json, yours: list[Json], m: _Mutant) -> bool:
         theta = np.asarray(case.inputs["params0"], dtype=np.float64)

@@ -444,7 +444,7 @@ def test_adapter_renames_arguments_and_names_tuple_outputs():
         return new, np.nan  # the second item is named, compared and must match h_sum
 
     rename = {"params": "w", "deltas": "updates", "losses": "f", "lr": "eta"}
-    with pytest.raises(ConformanceError, match="h_sum differs"):
+    with pytest.raises(ConformanceError, match="h_sum is not finite in yours"):
         check(mine, "qfedavg_step", adapter=Adapter(rename=rename, outputs=("params", "h_sum")))
     assert check(
         lambda w, updates, f, q, eta, epsilon: qfedavg_np(w, updates, f, q, eta, epsilon),
@@ -606,3 +606,118 @@ def test_the_pytest_fixture_passes_and_fails_a_test(pytester):
     # without the plugin enabled the fixture does not exist
     (pytester.path / "conftest.py").unlink()
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(errors=2)
+
+
+@pytest.mark.parametrize("rule", ["afl", "fedavg", "fedfv", "fedmgda", "qfedavg", "qfedsgd"])
+def test_restated_rule_terms_equal_the_rule_on_every_golden_case(rule):
+    # A rule's terms, round after round from fairagg's own θ^t (and AFL's λ^t threaded through
+    # the restatement), equal what the rule reports: a term the harness names is the rule's.
+    compared = 0
+    for _, inputs, params in case_inputs("rule", rule).values():
+        hyper = C._default_params(rule, params)
+        if rule == "fedfv":  # terms without the history window (τ = 0) only
+            assert C._round_terms(rule, inputs["params0"], inputs["rounds"][0], hyper) is None
+            params = {**params, "tau": 0}
+            hyper = C._default_params(rule, params)
+        want = _compute("rule", rule, inputs, params)["rounds"]
+        theta = np.asarray(inputs["params0"], dtype=np.float64)
+        state = C._initial_state(rule, int(inputs["num_clients"]))
+        for r, w in zip(inputs["rounds"], want, strict=True):
+            got = C._round_terms(rule, theta, r, hyper, state)
+            for k in set(got) & set(w):
+                np.testing.assert_allclose(got[k], w[k], rtol=1e-9, atol=1e-12, err_msg=k)
+                compared += 1
+            theta, state = w["params"], got.get("_state")
+    assert compared >= 10
+
+
+def _fedfv_by_hand(deltas, losses, alpha=0.1, *, reverse=False, against_projected=False):
+    """FedFV's Alg. 2 written out in plain NumPy, with the two mistakes as switches."""
+    m = len(deltas)
+    perm = np.argsort(losses, kind="stable")
+    if reverse:
+        perm = perm[::-1]
+    keep = 0 if alpha == 0 else m - max(0, int(np.ceil((m - 1) * (1 - alpha) - 1e-9)))
+    kept = set(perm[m - keep :].tolist())
+    G = [d.astype(float).copy() for d in deltas]
+    for i in range(m):
+        if i in kept:
+            continue
+        g = deltas[i].astype(float).copy()
+        for j in perm:
+            t = G[j] if against_projected else deltas[j]
+            if j != i and t @ g < -1e-11 * np.linalg.norm(t) * np.linalg.norm(g):
+                g = g - (t @ g) / (t @ t) * t
+        G[i] = g
+    g_bar = np.mean(G, axis=0)
+    size = sum(np.linalg.norm(d) for d in deltas)  # ḡ cancelled to round-off (or all zero): 0
+    if np.linalg.norm(g_bar) <= 1e-9 * size:
+        return np.zeros_like(g_bar)
+    return g_bar * np.linalg.norm(np.mean(deltas, axis=0)) / np.linalg.norm(g_bar)
+
+
+@pytest.mark.parametrize(
+    ("switch", "named"),
+    [
+        ({"reverse": True}, "order differs: the projection order is reversed"),
+        ({"against_projected": True}, "coefficients differs: projecting onto already-projected"),
+    ],
+)
+def test_fedfv_mistakes_are_caught_and_named_and_tell_apart(switch, named):
+    def mine(deltas, losses, alpha):
+        return _fedfv_by_hand(deltas, losses, alpha, **switch)
+
+    report = check(mine, "fedfv_direction", raise_on_mismatch=False, max_examples=200)
+    assert not report
+    assert report.mismatch.diagnosis is not None, str(report.mismatch)
+    assert report.mismatch.diagnosis.startswith(named), report.mismatch.diagnosis
+
+    # the rule, stateless at τ = 0: the same mistake named from θ^{t+1} alone
+    def rule(params, deltas, losses, alpha):
+        return params - _fedfv_by_hand(deltas, losses, alpha, **switch)
+
+    report = check(rule, "fedfv", params={"tau": 0}, raise_on_mismatch=False, max_examples=200)
+    assert not report and report.mismatch.diagnosis.startswith(named), str(report.mismatch)
+
+
+def test_fedfv_by_hand_conforms():
+    # the reference of the two tests above, without a mistake, is FedFV
+    assert check(
+        lambda deltas, losses, alpha: _fedfv_by_hand(deltas, losses, alpha),
+        "fedfv_direction",
+        max_examples=100,
+        hypothesis=True,
+    )
+
+
+def test_a_literal_formula_that_leaves_float64_is_said_so_not_a_mistake():
+    # q-FedAvg at q = 200 computed literally: F^q overflows (F > 40) or underflows (F < 0.03),
+    # and h_k = q F^{q−1} ‖Δw‖² + L F^q then gives inf/inf or 0/0. Before, such NaNs were
+    # "your norm is not squared" (that mistake makes the same NaN).
+    def literal(params, deltas, losses, q, lr, epsilon):
+        L = 1.0 / lr
+        dw = L * deltas
+        f = losses + epsilon
+        h = q * f ** (q - 1) * np.einsum("ij,ij->i", dw, dw) + L * f**q
+        return params - f**q @ dw / h.sum()
+
+    report = check(literal, "qfedavg", params={"q": 200.0}, raise_on_mismatch=False)
+    assert not report
+    diagnosis = report.mismatch.diagnosis
+    assert "yours is the formula computed literally in float64" in diagnosis, diagnosis
+    assert "not squared" not in str(report.mismatch)
+
+
+def test_every_reported_output_of_every_rule_has_a_description():
+    # "first differing quantity: model: " was printed with nothing after the colon
+    from fairagg.vectors import _run_rule
+
+    for rule in fairagg.RULES:
+        checker = C._Checker(lambda: None, rule, Adapter(), {}, (1e-9, 1e-9))
+        for _, inputs, params in case_inputs("rule", rule).values():
+            try:
+                out = _run_rule(rule, params, inputs)
+            except ValueError:
+                continue
+            for k in out["rounds"][0]:
+                assert checker.texts.get(k), (rule, k)
