@@ -927,3 +927,116 @@ def test_an_old_update_subnormal_relative_to_the_round_is_never_a_conflict(metho
     assert res.external_conflicts == 0
     np.testing.assert_array_equal(res.history_weights, [0.0])
     assert_close(res.direction, np.array([0.6, 0.5]))
+
+
+_D3 = np.array([[1.0, 0.0], [-1.0, 0.5], [0.3, -1.0]])
+_L3 = [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "message"),
+    [
+        (lambda: fedfv_order(0, _L3), ValueError, "num_clients must be >= 1; got 0"),
+        (
+            lambda: fedfv_order(3, _L3, "bad"),
+            ValueError,
+            "order must be one of 'loss', 'reverse', 'random'; got 'bad'",
+        ),
+        (lambda: fedfv_order(3, None, "random", -1), ValueError, "seed must be >= 0; got -1"),
+        (
+            lambda: fedfv_order(3, None, "random", 0, -1),
+            ValueError,
+            "round_index must be >= 0; got -1",
+        ),
+        (lambda: fedfv_order(3, [1.0, 2.0]), ValueError, "losses must have shape (3,); got (2,)"),
+        (
+            lambda: fedfv_direction(_D3, _L3, method="bad"),
+            ValueError,
+            "method must be one of 'gram', 'vector'; got 'bad'",
+        ),
+        (
+            lambda: fedfv_direction(_D3, _L3, method="vector", backend="numba"),
+            ValueError,
+            "backend='numba' needs method='gram': the vector method is the readable "
+            "specification and runs only on backend='numpy'",
+        ),
+        (
+            lambda: fedfv_direction(_D3[0], _L3),
+            ValueError,
+            "deltas must be 2-dimensional; got shape (2,)",
+        ),
+        (
+            lambda: fedfv_direction(np.zeros((0, 2)), []),
+            ValueError,
+            "deltas must have at least 1 entry along its first axis; got shape (0, 2)",
+        ),
+        (
+            lambda: fedfv_direction(_D3, _L3, variant="bad"),
+            ValueError,
+            "variant must be one of 'paper', 'flgo'; got 'bad'",
+        ),
+        (
+            lambda: fedfv_direction(_D3, _L3, rescale=1),
+            TypeError,
+            "rescale must be a bool; got int",
+        ),
+        (
+            lambda: fedfv_direction(_D3, _L3, round_index=-1),
+            ValueError,
+            "round_index must be >= 0; got -1",
+        ),
+        (lambda: fedfv_direction(_D3, _L3, tau=-1), ValueError, "tau must be >= 0; got -1"),
+        (lambda: fedfv_direction(_D3, _L3, seed=-1), ValueError, "seed must be >= 0; got -1"),
+        (
+            lambda: fedfv_direction(_D3, _L3, client_ids=[0, 1, -1]),
+            ValueError,
+            "client_ids must be >= 0; got minimum -1",
+        ),
+        (
+            lambda: fedfv_direction(_D3, _L3, client_ids=[0, 1]),
+            ValueError,
+            "client_ids must have shape (3,); got (2,)",
+        ),
+    ],
+)
+def test_order_and_direction_errors_are_exact(call, exc, message):
+    with pytest.raises(exc) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_order_defaults_and_a_stable_sort_of_many_ties():
+    np.testing.assert_array_equal(
+        fedfv_order(7, order="random"), np.random.default_rng((0, 0)).permutation(7)
+    )
+    # 100 losses in two tied groups: a stable sort keeps arrival order inside each (an
+    # unstable sort, NumPy's default introsort, does not at this size)
+    losses = np.tile([2.0, 1.0], 50)
+    want = np.concatenate([np.arange(1, 100, 2), np.arange(0, 100, 2)])
+    np.testing.assert_array_equal(fedfv_order(100, losses), want)
+
+
+def test_direction_defaults_seed_0_tau_0_and_the_round_index_of_the_random_order():
+    rng = np.random.default_rng(3)
+    D = rng.standard_normal((6, 4))
+    kw = {"order": "random", "alpha": 0.0}
+    base = fedfv_direction(D, **kw)
+    assert_close(base.direction, fedfv_direction(D, seed=0, **kw).direction)
+    np.testing.assert_array_equal(base.order, fedfv_order(6, None, "random", 0, 0))
+    r1 = fedfv_direction(D, round_index=1, **kw)
+    np.testing.assert_array_equal(r1.order, fedfv_order(6, None, "random", 0, 1))
+    assert not np.array_equal(r1.order, base.order)
+    # τ = 0 by default: a conflicting old update in the round-0 window is not looked at
+    H = FedFVHistory(-r1.direction[None, :], np.array([0]), np.array([9]))  # opposes ḡ
+    with_h = fedfv_direction(D, round_index=1, history=H, **kw)
+    np.testing.assert_array_equal(with_h.direction, r1.direction)
+    assert fedfv_direction(D, round_index=1, history=H, tau=1, **kw).external_conflicts == 1
+
+
+def test_direction_keeps_the_flgo_variants_count():
+    # m = 11, α = 0.7: (m − 1)(1 − α) = 3.0000000000000004 in float64; the paper variant
+    # snaps it to 3 (keeps 8), FLGo's ceil gives 4 (keeps 7): the kept set follows the variant
+    D = np.random.default_rng(0).standard_normal((11, 3))
+    losses = np.arange(11.0)
+    assert fedfv_direction(D, losses, alpha=0.7).kept.sum() == 8
+    assert fedfv_direction(D, losses, alpha=0.7, variant="flgo").kept.sum() == 7
