@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -263,6 +264,12 @@ def _build_parser() -> _Parser:
         "--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)"
     )
     chk.add_argument("--random", action="store_true", help="new generated examples on every run")
+    chk.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every case and print one table of every comparison, a summary and the "
+        "first difference (default: stop at the first difference)",
+    )
     chk.add_argument(
         "--describe",
         action="store_true",
@@ -637,6 +644,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 round_base=args.round_base,
                 derandomize=not args.random,
                 raise_on_mismatch=False,
+                keep_going=args.keep_going,
                 **tol,
             )
     except (conformance.WorkerError, TypeError) as exc:
@@ -666,6 +674,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     }[args.command]
     try:
         return command(args)
+    except BrokenPipeError:  # the reader went away (fairagg check ... | head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (ValueError, ImportError) as exc:
         print(f"fairagg: error: {exc}", file=sys.stderr)
         return 2

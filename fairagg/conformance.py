@@ -79,6 +79,7 @@ __all__ = [
     "ConformanceError",
     "ConformanceReport",
     "Mismatch",
+    "Row",
     "Skip",
     "Worker",
     "WorkerError",
@@ -925,20 +926,84 @@ class ConformanceReport:
     skipped: int
     mismatch: Mismatch | None
     outside: int = 0
+    rows: tuple[Row, ...] = ()
+    failed: int = 0
+    not_returned: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.mismatch is None
 
     def __str__(self) -> str:
+        if self.rows:
+            return self._table()
         if self.mismatch is not None:
             return str(self.mismatch)
+        return self._summary()
+
+    def _summary(self) -> str:
         text = (
             f"{self.target}: conforms on {self.golden} golden cases and {self.generated} "
             f"generated examples ({self.skipped} golden cases skipped"
         )
         if self.outside:
             text += f"; {self.outside} cases outside your domain"
-        return text + ")"
+        text += ")"
+        if self.not_returned:
+            text += "; not checked, as your code did not return them: " + ", ".join(
+                self.not_returned
+            )
+        return text
+
+    def _table(self) -> str:
+        """Every golden comparison, the generated ones summed up per round and quantity, a
+        summary, and the first difference in detail."""
+        golden = [r for r in self.rows if not r.case.startswith(_GENERATED_ROW)]
+        generated: dict[tuple, list[Row]] = {}
+        for r in self.rows:
+            if r.case.startswith(_GENERATED_ROW):
+                generated.setdefault((r.round, r.quantity), []).append(r)
+        n_gen = len({r.case for r in self.rows if r.case.startswith(_GENERATED_ROW)})
+        gen_label = f"generated ({n_gen} examples)"
+        w = max([len(r.case) for r in golden] + [len(gen_label), 4])
+        lines = [
+            f"{'case':<{w}} {'round':>5}  {'quantity':<22} {'max abs':>9} {'max rel':>9}  "
+            f"{'tolerance':<22} verdict"
+        ]
+
+        def num(x: float | None) -> str:
+            return "" if x is None else f"{x:9.2e}"
+
+        for r in golden:
+            rnd = "" if r.round is None else str(r.round)
+            lines.append(
+                f"{r.case:<{w}} {rnd:>5}  {r.quantity:<22} {num(r.max_abs):>9} "
+                f"{num(r.max_rel):>9}  {r.tolerance:<22} {r.verdict}"
+            )
+        for (rnd, k), rs in generated.items():
+            a = [r.max_abs for r in rs if r.max_abs is not None]
+            rel = [r.max_rel for r in rs if r.max_rel is not None]
+            verdicts: dict[str, int] = {}
+            for r in rs:
+                verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+            verdict = ", ".join(f"{v} in {c}" for v, c in verdicts.items())
+            lines.append(
+                f"{gen_label:<{w}} {'' if rnd is None else rnd:>5}  {k:<22} "
+                f"{num(max(a) if a else None):>9} {num(max(rel) if rel else None):>9}  "
+                f"{rs[0].tolerance:<22} {verdict}"
+            )
+        not_returned = list(self.not_returned)
+        lines.append("")
+        verdict = "conforms" if self.mismatch is None else f"differs on {self.failed} cases"
+        lines.append(
+            f"{self.target}: {verdict}; {self.golden} golden cases and {self.generated} generated "
+            f"examples compared, {self.skipped} golden cases skipped, {self.outside} outside "
+            "your domain"
+        )
+        if not_returned:
+            lines.append("not checked (your code did not return them): " + ", ".join(not_returned))
+        if self.mismatch is not None:
+            lines += ["", "the first difference:", str(self.mismatch)]
+        return "\n".join(lines)
 
 
 def _index(a: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -982,6 +1047,51 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> str | None:
         f"largest difference {float(e[idx]):.3g} at index {idx} (tolerance rtol = {rtol:g}, "
         f"atol = {atol:g} × {scale:.3g})"
     )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a keep-going report: a quantity of a case (and round), compared.
+
+    ``verdict`` is ``"agrees"``, ``"differs"``, ``"another minimiser"`` (an argmin that is not
+    unique, and yours is one), ``"raised"`` (your code raised), ``"not returned"`` (fairagg
+    has this output and yours did not return it: it was not checked), ``"outside your domain"``
+    or ``"not compared"`` (a round after a difference: it starts from your θ). ``max_abs`` and
+    ``max_rel`` are the largest differences over the entries (None where not computed)."""
+
+    case: str
+    round: int | None
+    quantity: str
+    max_abs: float | None
+    max_rel: float | None
+    tolerance: str
+    verdict: str
+
+
+def _differences(got: Any, want: Any) -> tuple[float | None, float | None]:
+    """(largest |got − want|, largest |got − want| / |want|) over the entries, or Nones."""
+    try:
+        g = np.asarray(got, dtype=np.float64)
+        w = np.asarray(want, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, None
+    if g.shape != w.shape or g.size == 0:
+        return None, None
+    with np.errstate(all="ignore"):
+        err = np.abs(g - w)
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        err = np.where(same, 0.0, err)
+        rel = np.where(same, 0.0, err / np.abs(w))
+    err = np.where(np.isnan(err), np.inf, err)
+    rel = np.where(np.isnan(rel), np.inf, rel)
+    return float(np.max(err)), float(np.max(rel))
+
+
+def _tolerance_text(want: Any, rtol: float, atol: float) -> str:
+    w = np.asarray(want)
+    if w.dtype.kind in "biu":
+        return "exact"
+    return f"rtol {rtol:g}, atol {atol:g}"
 
 
 @dataclass
@@ -1180,6 +1290,8 @@ class _Checker:
         self.fn, self.target, self.adapter, self.fixed, self.tol = fn, target, adapter, fixed, tol
         self.round_base, self.domain = round_base, domain
         self.worker = fn if isinstance(fn, Worker) else None
+        self.rows: list[Row] | None = None  # a list while keeping going: every comparison
+        self.not_returned: set[str] = set()  # fairagg's outputs your code never returned
         self._sessions = 0
         self.kind = _kind(target)
         self.terms = TERMS.get(target) if self.kind == "formula" else _rule_terms_spec(target)
@@ -1207,6 +1319,31 @@ class _Checker:
         except (ValueError, TypeError, ArithmeticError, RuntimeWarning):
             return None
 
+    def _row(self, case: _Case, rnd: int | None, k: str, got: Any, want: Any, verdict: str):
+        if self.rows is None:
+            return
+        a, r = _differences(got, want) if verdict in ("agrees", "differs") else (None, None)
+        tol = _tolerance_text(want, *self.tol) if want is not None else ""
+        self.rows.append(Row(case.label, rnd, k, a, r, tol, verdict))
+
+    def _rows_for(self, case, rnd, got, full, order, other) -> None:
+        """Rows of one comparison: every quantity fairagg has, in the formula's order."""
+        if self.rows is None:
+            return
+        for k in [*order, *[k for k in full if k not in order]]:
+            if k not in full or k.startswith("_"):
+                continue
+            if k not in got:
+                if k in RULE_EXCLUDE:
+                    continue
+                self._row(case, rnd, k, None, full[k], "not returned")
+                continue
+            ok = _close(got[k], full[k], *self.tol) is None
+            verdict = "agrees" if ok else "differs"
+            if not ok and other is not None and other(k, got):
+                verdict = "another minimiser"
+            self._row(case, rnd, k, got[k], full[k], verdict)
+
     def run(self, case: _Case) -> tuple[str, Mismatch | None]:
         """(status, the mismatch or None). Status: ``"rejected"`` (fairagg rejects the case or
         it conflicts with the fixed parameters), ``"outside"`` (outside your domain: ``domain``
@@ -1221,6 +1358,7 @@ class _Checker:
             except Exception as exc:  # noqa: BLE001 - the user's predicate failed
                 raise _UsageError(TypeError(f"domain raised {type(exc).__name__}: {exc}")) from None
             if not inside:
+                self._row(case, None, "(case)", None, None, "outside your domain")
                 return "outside", None
         try:
             if self.kind == "formula":
@@ -1228,6 +1366,7 @@ class _Checker:
             else:
                 diff = self._compare_rule(case, params, want)
         except _Outside:
+            self._row(case, None, "(case)", None, None, "outside your domain")
             return "outside", None
         if diff is None:
             return "checked", None
@@ -1309,6 +1448,7 @@ class _Checker:
         except (_UsageError, _Outside):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a finding
+            self._row(case, None, "exception", None, None, "raised")
             return self._raised(exc, None)
         got = _named(result, outputs, self._known(outputs), self.adapter, self.target)
         full = dict(want)
@@ -1317,6 +1457,8 @@ class _Checker:
                 extra = self.terms.run(case.inputs, params)
             full.update({k: v for k, v in extra.items() if k not in full})
         other = _another_optimum(self.target, case.inputs, params, want, self.tol)
+        self.not_returned.update(k for k in want if k not in got)
+        self._rows_for(case, None, got, full, self._order(outputs), other)
         diff = _first_diff(got, full, self._order(outputs), self.texts, None, self.tol, other)
         if diff is not None:
             diff.yours = [got]
@@ -1331,6 +1473,7 @@ class _Checker:
         except (_UsageError, _Outside):
             raise
         except Exception as exc:  # noqa: BLE001
+            self._row(case, 0, "exception", None, None, "raised")
             return self._raised(exc, 0)
         try:
             return self._rounds(case, params, want, step, theta, K, yours)
@@ -1349,6 +1492,8 @@ class _Checker:
             except (_UsageError, _Outside):
                 raise
             except Exception as exc:  # noqa: BLE001
+                self._row(case, t, "exception", None, None, "raised")
+                self._after(case, t, len(want["rounds"]))
                 return self._raised(exc, t)
             outputs = list(w)
             got = _named(result, outputs, self._known(outputs), self.adapter, self.target)
@@ -1366,12 +1511,20 @@ class _Checker:
             other = None
             if self.target == "fedmgda":
                 other = _another_optimum(self.target, r, params, w, self.tol)
+            self.not_returned.update(k for k in w if k not in got and k not in RULE_EXCLUDE)
+            self._rows_for(case, t, got, full, self._order(outputs), other)
             diff = _first_diff(got, full, self._order(outputs), self.texts, t, self.tol, other)
             if diff is not None:
                 diff.yours = yours
+                self._after(case, t, len(want["rounds"]))
                 return diff
             theta = np.asarray(got["params"], dtype=np.float64)
         return None
+
+    def _after(self, case: _Case, t: int, rounds: int) -> None:
+        """The rounds after a difference start from your θ, not fairagg's: not compared."""
+        for u in range(t + 1, rounds):
+            self._row(case, u, "(round)", None, None, "not compared")
 
     # diagnosis ----------------------------------------------------------------------------
     def _diagnose(self, case: _Case, params: Json, diff: _Diff) -> str | None:
@@ -1691,6 +1844,7 @@ def _rule_strategy(target: str, fixed: Json, st: Any, arr: Any, ints: Any, float
 
 
 _GENERATED = "a generated case (hypothesis, minimised)"
+_GENERATED_ROW = "generated"
 
 
 class _Found(Exception):  # noqa: N818 - a control-flow signal for hypothesis, not an error
@@ -1733,6 +1887,7 @@ def check(
     atol: float = DEFAULT_ATOL,
     derandomize: bool = True,
     raise_on_mismatch: bool = True,
+    keep_going: bool = False,
 ) -> ConformanceReport:
     """Check ``fn`` against fairagg's ``target`` on golden and generated inputs.
 
@@ -1768,6 +1923,11 @@ def check(
         Generate the same examples on every run.
     raise_on_mismatch : bool
         Raise :class:`ConformanceError` on a difference (default); else return it in the report.
+    keep_going : bool
+        Run every golden case and generated example instead of stopping at the first
+        difference: the report then holds a :class:`Row` for every quantity compared
+        (``report.rows``; ``str(report)`` is the table, a summary and the first difference,
+        minimised) and ``report.failed``, the number of cases that differ.
 
     Returns
     -------
@@ -1824,18 +1984,23 @@ def check(
         )
     if not golden and not hypothesis:
         raise ValueError("nothing to check: golden and hypothesis are both off")
+    if not isinstance(keep_going, (bool, np.bool_)):
+        raise TypeError(f"keep_going must be a bool; got {type(keep_going).__name__}")
     if isinstance(fn, Worker) and adapter != Adapter():
         raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
     checker = _Checker(
         fn, target, adapter, fixed, (float(rtol), float(atol)), int(round_base), domain
     )
     names = None if isinstance(golden, bool) else list(golden)
-    n_golden = n_generated = skipped = outside = 0
+    n_golden = n_generated = skipped = outside = failed = 0
     mismatch: Mismatch | None = None
+    rows: list[Row] = []
     try:
         if golden:
             for case in _golden_cases(target, names):
+                checker.rows = rows if keep_going else None
                 status, found = checker.run(case)
+                checker.rows = None
                 if status == "rejected":
                     skipped += 1
                     continue
@@ -1844,19 +2009,91 @@ def check(
                     continue
                 n_golden += 1
                 if found is not None:
-                    mismatch = _shrink(checker, case, found)
-                    break
-        if mismatch is None and hypothesis:
-            n_generated, n_out, mismatch = _run_hypothesis(
-                checker, target, fixed, max_examples, derandomize
-            )
+                    failed += 1
+                    if mismatch is None:
+                        mismatch = _shrink(checker, case, found)
+                    if not keep_going:
+                        break
+        if hypothesis and (mismatch is None or keep_going):
+            if keep_going:
+                n_generated, n_out, n_failed = _run_hypothesis_rows(
+                    checker, target, fixed, max_examples, derandomize, rows
+                )
+                failed += n_failed
+                if n_failed and mismatch is None:  # the same examples again, to minimise one
+                    mismatch = _run_hypothesis(checker, target, fixed, max_examples, derandomize)[2]
+            else:
+                n_generated, n_out, mismatch = _run_hypothesis(
+                    checker, target, fixed, max_examples, derandomize
+                )
+                failed += mismatch is not None
             outside += n_out
     except _UsageError as exc:
         raise exc.exc from None
-    report = ConformanceReport(target, n_golden, n_generated, skipped, mismatch, outside)
+    report = ConformanceReport(
+        target,
+        n_golden,
+        n_generated,
+        skipped,
+        mismatch,
+        outside,
+        tuple(rows),
+        failed,
+        tuple(sorted(checker.not_returned)),
+    )
     if mismatch is not None and raise_on_mismatch:
         raise ConformanceError(mismatch)
     return report
+
+
+def _run_hypothesis_rows(
+    checker: _Checker,
+    target: str,
+    fixed: Json,
+    max_examples: int,
+    derandomize: bool,
+    rows: list[Row],
+) -> tuple[int, int, int]:
+    """Every generated example compared and recorded in ``rows`` (no stop, no shrinking):
+    (examples compared, outside your domain, that differ)."""
+    import hypothesis
+    from hypothesis import HealthCheck, Phase, settings
+
+    count, outside, failed = [0], [0], [0]
+
+    @settings(
+        max_examples=max_examples,
+        database=None,
+        derandomize=derandomize,
+        deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.given(_strategy(target, fixed))
+    def run(case: _Case) -> None:
+        labelled = dataclasses.replace(case, label=f"{_GENERATED_ROW} {count[0] + 1}")
+        checker.rows = rows
+        try:
+            status, found = checker.run(labelled)
+        finally:
+            checker.rows = None
+        if status == "outside":
+            outside[0] += 1
+        hypothesis.assume(status == "checked")
+        count[0] += 1
+        failed[0] += found is not None
+
+    try:
+        run()
+    except hypothesis.errors.Unsatisfiable as exc:
+        if not outside[0]:
+            raise _UsageError(
+                ValueError(
+                    f"fairagg rejected every generated input of {target!r} with params "
+                    f"{fixed}: are they valid?"
+                )
+            ) from exc
+    return count[0], outside[0], failed[0]
 
 
 def _run_hypothesis(

@@ -305,3 +305,99 @@ def test_fair_flearn_afl_projection_is_caught_by_the_default_golden_cases_and_na
         "100",
     )
     assert rc == 1 and "the public q-FFL code's (fair_flearn)" in out
+
+
+# ------------------------------------------------------------------ keep going, report all
+def _project_fair_flearn(y, total):
+    u = np.sort(y)[::-1]
+    css = np.cumsum(u)
+    j = np.arange(1, y.size + 1)
+    rho = np.nonzero(u + (total - (css - u)) / j > 0)[0][-1]
+    return np.maximum(y + (total - css[rho]) / (rho + 1), 0.0)
+
+
+def test_keep_going_compares_every_case_and_tabulates_every_quantity():
+    first = check(_project_fair_flearn, "project_simplex", raise_on_mismatch=False)
+    assert first.failed == 1 and first.rows == ()
+    report = check(
+        _project_fair_flearn,
+        "project_simplex",
+        keep_going=True,
+        raise_on_mismatch=False,
+        max_examples=30,
+    )
+    golden = [r for r in report.rows if r.case.startswith("golden case")]
+    assert {r.case for r in golden} == {
+        f"golden case formulas/project_simplex/{c}"
+        for c in ("small", "medium", "ties", "inside", "single", "total_two")
+    }
+    verdicts = {r.case.rsplit("/", 1)[1]: r.verdict for r in golden if r.quantity == "out"}
+    assert verdicts["small"] == "differs" and verdicts["single"] == "agrees"
+    differs = [r for r in golden if r.verdict == "differs"]
+    assert all(r.max_abs > 1e-3 for r in differs)
+    assert report.failed >= 2 and report.generated == 30
+    assert any(r.case.startswith("generated ") for r in report.rows)
+    text = str(report)
+    assert text.splitlines()[0].split()[:3] == ["case", "round", "quantity"]
+    assert f"project_simplex: differs on {report.failed} cases" in text
+    assert "generated (30 examples)" in text
+    assert "the first difference:" in text and "off-by-one simplex projection" in text
+    # the first difference is the minimised one, as without keep_going
+    assert report.mismatch.inputs["y"].size == first.mismatch.inputs["y"].size
+
+
+def test_keep_going_marks_rounds_after_a_difference_and_what_was_not_returned():
+    def wrong_in_round_1(params, deltas, num_samples, round_index):
+        w = num_samples / num_samples.sum()
+        return params - w @ deltas * (1.5 if round_index == 1 else 1.0)
+
+    report = check(
+        wrong_in_round_1, "fedavg", keep_going=True, hypothesis=False, raise_on_mismatch=False
+    )
+    small = [r for r in report.rows if r.case == "golden case rules/fedavg/small"]
+    assert [(r.round, r.quantity, r.verdict) for r in small] == [  # the formula's order
+        (0, "weights", "not returned"),
+        (0, "params", "agrees"),
+        (1, "weights", "not returned"),
+        (1, "params", "differs"),
+        (2, "(round)", "not compared"),
+    ]
+    assert report.not_returned == ("weights",)
+    assert "not checked (your code did not return them): weights" in str(report)
+
+
+def test_every_report_says_what_was_not_checked():
+    def afl(params, num_clients, lambda_lr, lr=None):
+        lam = np.full(num_clients, 1.0 / num_clients)
+
+        def step(params, gradients, losses, client_ids, lr):
+            nonlocal lam
+            new = params - lr * lam[client_ids] @ gradients
+            lam = _project_fair_flearn(lam + lambda_lr * losses, 1.0)  # exact: one client set
+            return new
+
+        return step
+
+    from fairagg.conformance import Adapter
+
+    report = check(afl, "afl", adapter=Adapter(stateful=True), golden=["small"], hypothesis=False)
+    assert report.not_returned == ("mixture", "model", "weights")
+    assert str(report).endswith(
+        "not checked, as your code did not return them: mixture, model, weights"
+    )
+
+
+def test_the_cli_keep_going_prints_the_table(worker_dir, capsys):
+    rc, out, _ = run_cli(
+        capsys,
+        "project_simplex",
+        "--cmd",
+        cmd(worker_dir, "--mistake", "off-by-one"),
+        "--keep-going",
+        "--generated",
+        "10",
+    )
+    assert rc == 1
+    assert out.splitlines()[0].split()[:3] == ["case", "round", "quantity"]
+    assert "golden case formulas/project_simplex/total_two" in out
+    assert "the first difference:" in out

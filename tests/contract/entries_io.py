@@ -740,6 +740,7 @@ CONFORMANCE = {
     "fairagg.conformance.DEFAULT_RTOL": CONSTANT,
     "fairagg.conformance.ConformanceError": EXCEPTION,
     "fairagg.conformance.Skip": EXCEPTION,
+    "fairagg.conformance.Row": TYPE,
     "fairagg._worker.WorkerError": EXCEPTION,
     "fairagg._worker.Worker": Entry(
         valid=lambda draw: {
@@ -779,6 +780,7 @@ CONFORMANCE = {
             "raise_on_mismatch": True,
             "round_base": draw(st.sampled_from([0, 1])),
             "domain": None,
+            "keep_going": draw(st.booleans()),
         },
         check=_report_check,
         examples=1,
