@@ -258,8 +258,15 @@ def _build_parser() -> _Parser:
         default=0,
         help="your code's number for fairagg's round 0 (1 if it counts rounds from 1)",
     )
-    chk.add_argument("--rtol", type=float, default=None, help="relative tolerance")
-    chk.add_argument("--atol", type=float, default=None, help="absolute tolerance")
+    chk.add_argument(
+        "--precision",
+        choices=("float64", "solver", "float32"),
+        default="float64",
+        help="what your code computes in, which sets the tolerance: float64 1e-9 (default), "
+        "solver 1e-6 (an iterative or conic solver's argmin), float32 1e-5",
+    )
+    chk.add_argument("--rtol", type=float, default=None, help="relative tolerance (overrides)")
+    chk.add_argument("--atol", type=float, default=None, help="absolute tolerance (overrides)")
     chk.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)"
     )
@@ -645,6 +652,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 derandomize=not args.random,
                 raise_on_mismatch=False,
                 keep_going=args.keep_going,
+                precision=args.precision,
                 **tol,
             )
     except (conformance.WorkerError, TypeError) as exc:

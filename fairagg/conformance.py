@@ -39,9 +39,12 @@ differs. When only the output differs, the harness tries the mistakes it knows f
 off-by-one simplex projection, ...) and names the one your output matches.
 
 **Tolerance.** A quantity agrees when |got − want| ≤ atol·max(1, max|want|) + rtol·|want|
-entrywise (integers and booleans exactly). The defaults, 1e-9 both, leave room for another
-summation order or a QP solver's last digits while any difference of formula shows far above it;
-a float32 implementation needs about 1e-5.
+entrywise (integers and booleans exactly), with rtol and atol those of your code's precision
+(:data:`fairagg.vectors.PRECISIONS`, the one definition the golden files' schema gives too):
+``precision="float64"`` (default) 1e-9 both, room for another summation order or a QP solver's
+last digits while any difference of formula shows far above it; ``"solver"`` 1e-6, an argmin
+from an iterative or conic solver at its default accuracy; ``"float32"`` 1e-5. ``rtol`` and
+``atol`` override them.
 
 **Minimisation.** A failing hypothesis example is shrunk by hypothesis (fewer clients, fewer
 coordinates, simpler numbers); a failing golden case is shrunk greedily (clients, coordinates
@@ -70,7 +73,7 @@ import numpy as np
 
 from . import RULES, make_rule
 from ._worker import Worker, WorkerError, WorkerRaised, WorkerSkipped, WorkerUsageError
-from .vectors import FORMULAS, NON_UNIQUE, RULE_EXCLUDE, _compute, case_inputs
+from .vectors import FORMULAS, NON_UNIQUE, PRECISIONS, RULE_EXCLUDE, _compute, case_inputs
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -88,8 +91,8 @@ __all__ = [
     "targets",
 ]
 
-DEFAULT_RTOL = 1e-9
-DEFAULT_ATOL = 1e-9
+DEFAULT_RTOL = PRECISIONS["float64"]["rtol"]
+DEFAULT_ATOL = PRECISIONS["float64"]["atol"]
 #: Upper bound on the evaluations spent shrinking a failing golden case.
 SHRINK_BUDGET = 400
 
@@ -1883,8 +1886,9 @@ def check(
     golden: bool | Iterable[str] = True,
     hypothesis: bool = True,
     max_examples: int = 100,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    rtol: float | None = None,
+    atol: float | None = None,
+    precision: str = "float64",
     derandomize: bool = True,
     raise_on_mismatch: bool = True,
     keep_going: bool = False,
@@ -1917,8 +1921,11 @@ def check(
         Check generated examples (needs hypothesis).
     max_examples : int
         Generated examples to run.
-    rtol, atol : float
-        Tolerance of a comparison (see the module docstring).
+    rtol, atol : float, optional
+        Tolerance of a comparison (see the module docstring); default: ``precision``'s.
+    precision : {"float64", "solver", "float32"}
+        What your code computes in, which sets rtol and atol
+        (:data:`fairagg.vectors.PRECISIONS`).
     derandomize : bool
         Generate the same examples on every run.
     raise_on_mismatch : bool
@@ -1968,6 +1975,12 @@ def check(
         )
     if kind == "rule":
         make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r}"
+        )
+    rtol = PRECISIONS[precision]["rtol"] if rtol is None else rtol
+    atol = PRECISIONS[precision]["atol"] if atol is None else atol
     # a tolerance of infinity would pass every comparison: finite, >= 0
     for name, value in (("rtol", rtol), ("atol", atol)):
         if (

@@ -76,9 +76,22 @@ __all__ = [
 SCHEMA_VERSION = 1
 #: Arrays with more entries than this go to ``.npy`` files.
 INLINE_MAX = 64
-#: Default relative tolerance of a comparison (outputs of closed forms and exact QP solves; the
-#: absolute part is this times the output's scale).
+#: Relative tolerance of fairagg against its own golden outputs (``fairagg vectors --check``:
+#: closed forms and exact QP solves on another machine; the absolute part is this times the
+#: output's scale). Not the tolerance for another implementation: see :data:`PRECISIONS`.
 REL = 1e-12
+#: The one tolerance definition for another implementation compared with fairagg (the
+#: conformance harness, ``fairagg check``, and anyone reading the golden files), by what it
+#: computes in: |got − want| ≤ atol·max(1, max|want|) + rtol·|want| entrywise, integers and
+#: booleans exactly. ``"float64"``: room for another summation order or a QP solver's last
+#: digits, far below any difference of formula; ``"solver"``: an argmin from an iterative or
+#: conic solver at its default accuracy (cvxpy's); ``"float32"``: single precision (eps ≈ 1.2e-7,
+#: times the sums of tens of terms and the divisions of a step).
+PRECISIONS: dict[str, dict[str, float]] = {
+    "float64": {"rtol": 1e-9, "atol": 1e-9},
+    "solver": {"rtol": 1e-6, "atol": 1e-6},
+    "float32": {"rtol": 1e-5, "atol": 1e-5},
+}
 DEFAULT_SEED = 20261121
 
 Json = dict[str, Any]
@@ -1224,9 +1237,18 @@ SCHEMA: Json = {
     "description": (
         "One case of a rule (several rounds, state carried) or a formula function: inputs, "
         "parameters, the outputs fairagg computes in float64 (or the error it raises), and "
-        "the tolerance of each comparison: |got - want| <= atol + rtol*|want| entrywise, or "
-        "exact equality."
+        "the tolerance of fairagg against its own outputs (regeneration on another machine): "
+        "|got - want| <= atol + rtol*|want| entrywise, or exact equality. Another "
+        "implementation is compared with the tolerance of its precision (see precisions)."
     ),
+    "precisions": {
+        name: {
+            **tol,
+            "rule": "|got - want| <= atol*max(1, max|want|) + rtol*|want| entrywise; "
+            "integers and booleans exactly",
+        }
+        for name, tol in PRECISIONS.items()
+    },
     "type": "object",
     "required": [
         "schema_version",

@@ -401,3 +401,42 @@ def test_the_cli_keep_going_prints_the_table(worker_dir, capsys):
     assert out.splitlines()[0].split()[:3] == ["case", "round", "quantity"]
     assert "golden case formulas/project_simplex/total_two" in out
     assert "the first difference:" in out
+
+
+def test_one_tolerance_definition_by_precision():
+    from fairagg.vectors import PRECISIONS, SCHEMA
+
+    assert PRECISIONS == {
+        "float64": {"rtol": 1e-9, "atol": 1e-9},
+        "solver": {"rtol": 1e-6, "atol": 1e-6},
+        "float32": {"rtol": 1e-5, "atol": 1e-5},
+    }
+    assert {k: {"rtol": v["rtol"], "atol": v["atol"]} for k, v in SCHEMA["precisions"].items()} == (
+        PRECISIONS
+    )
+
+    def float32_weights(num_samples):
+        n = np.asarray(num_samples, dtype=np.float32)
+        return n / n.sum()
+
+    off = check(float32_weights, "fedavg_weights", raise_on_mismatch=False, max_examples=50)
+    assert not off and "rtol = 1e-09" in off.mismatch.detail
+    assert check(float32_weights, "fedavg_weights", precision="float32", max_examples=50)
+    tight = check(
+        float32_weights, "fedavg_weights", precision="float32", rtol=1e-9, atol=1e-9,
+        raise_on_mismatch=False, max_examples=50,
+    )  # fmt: skip
+    assert not tight
+    with pytest.raises(ValueError, match="precision must be one of 'float64', 'solver', "):
+        check(float32_weights, "fedavg_weights", precision="float16")
+
+
+def test_the_cli_takes_the_precision(worker_dir, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["check", "fedavg", "--cmd", cmd(worker_dir), "--precision", "float16"])
+    assert info.value.code == 2
+    assert "invalid choice: 'float16'" in capsys.readouterr().err
+    rc, out, _ = run_cli(
+        capsys, "qfedavg", "--cmd", cmd(worker_dir), "--precision", "float32", "--generated", "5"
+    )
+    assert rc == 0 and out.startswith("qfedavg: conforms")
