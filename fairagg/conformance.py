@@ -73,7 +73,15 @@ import numpy as np
 
 from . import RULES, make_rule
 from ._worker import Worker, WorkerError, WorkerRaised, WorkerSkipped, WorkerUsageError
-from .vectors import FORMULAS, NON_UNIQUE, PRECISIONS, RULE_EXCLUDE, _compute, case_inputs
+from .vectors import (
+    FORMULAS,
+    NON_UNIQUE,
+    PRECISIONS,
+    RULE_EXCLUDE,
+    _compute,
+    case_inputs,
+    resolved_params,
+)
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -124,20 +132,9 @@ def _formula_text(target: str) -> str:
 
 def _default_params(target: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Every parameter fairagg uses for a case: the function's defaults (formulas) or the built
-    rule's hyper-parameters (rules), updated with the case's own; ``backend`` left out."""
-    if _kind(target) == "rule":
-        hyper = dict(make_rule(target, **params).hyperparams)
-    else:
-        f = FORMULAS[target]
-        sig = inspect.signature(f.resolve())
-        hyper = {
-            k: p.default
-            for k, p in sig.parameters.items()
-            if k not in f.args and p.default is not inspect.Parameter.empty
-        }
-        hyper.update(params)
-    hyper.pop("backend", None)
-    return hyper
+    rule's hyper-parameters (rules), updated with the case's own; ``backend`` left out (the
+    golden files' ``resolved_params``)."""
+    return resolved_params(_kind(target), target, dict(params))
 
 
 # ----------------------------------------------------------- independent restatements (terms)

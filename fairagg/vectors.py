@@ -45,6 +45,7 @@ the rule's state carried from round to round. A comparison passes when
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 import os
@@ -979,6 +980,37 @@ def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, J
     return out, _mark_non_unique(name, {k: _tolerance(v, rel) for k, v in out.items()})
 
 
+def resolved_params(kind: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Every parameter fairagg uses for a case, defaults included: a rule's hyper-parameters as
+    the built rule reports them, or a formula function's keyword defaults, updated with the
+    case's own ``params`` (``backend`` left out: it does not change a result)."""
+    if kind == "rule":
+        out = dict(make_rule(name, **params).hyperparams)
+    else:
+        f = FORMULAS[name]
+        sig = inspect.signature(f.resolve())
+        out = {
+            k: p.default
+            for k, p in sig.parameters.items()
+            if k not in f.args and p.default is not inspect.Parameter.empty
+        }
+        out.update(params)
+    out.pop("backend", None)
+    return out
+
+
+def _json_value(v: Any) -> Any:
+    """A parameter as JSON holds it: tuples as lists, NumPy scalars as numbers, an infinite
+    default (an absent bound, ``upper=inf``) as the string ``"inf"`` or ``"-inf"``."""
+    if isinstance(v, tuple):
+        return [_json_value(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and math.isinf(v):
+        return str(v)
+    return v
+
+
 def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, CaseInputs]:
     """The cases of one rule (``kind="rule"``) or formula, as {case: (description, inputs,
     params)}: the inputs :func:`generate` writes for ``seed``, without the expectations."""
@@ -1008,6 +1040,7 @@ def generate(seed: int = DEFAULT_SEED) -> list[Json]:
                     "description": what,
                     "formula": RULES[name].summary,
                     "params": params,
+                    "resolved_params": resolved_params("rule", name, params),
                     "inputs": inputs,
                     "expected": expected,
                     "tolerance": tol,
@@ -1027,6 +1060,7 @@ def generate(seed: int = DEFAULT_SEED) -> list[Json]:
                     "formula": f.formula,
                     "args": list(f.args),
                     "params": params,
+                    "resolved_params": resolved_params("formula", name, params),
                     "inputs": inputs,
                     "expected": expected,
                     "tolerance": tol,
@@ -1058,6 +1092,12 @@ def write_vectors(out: Path | str, seed: int = DEFAULT_SEED) -> list[Path]:
         for k, v in case.items():
             body[k] = _encode(v, files, rel.name, k) if k in ("inputs", "expected") else v
         body["params"] = _encode(case["params"], files, rel.name, "params")
+        body["resolved_params"] = _encode(
+            {k: _json_value(v) for k, v in case["resolved_params"].items()},
+            files,
+            rel.name,
+            "resolved_params",
+        )
         for fname, arr in files.items():
             np.save(folder / fname, arr, allow_pickle=False)
         path = folder / f"{rel.name}.json"
@@ -1076,7 +1116,7 @@ def write_vectors(out: Path | str, seed: int = DEFAULT_SEED) -> list[Path]:
         json.dumps({"schema_version": SCHEMA_VERSION, "seed": seed, "cases": index}, indent=1)
         + "\n"
     )
-    (root / "schema.json").write_text(json.dumps(SCHEMA, indent=1, ensure_ascii=False) + "\n")
+    (root / "schema.json").write_text(json.dumps(schema(), indent=1, ensure_ascii=False) + "\n")
     return written
 
 
@@ -1192,6 +1232,23 @@ def compare_vectors(root: Path | str) -> list[CaseCheck]:
         case = load_case(base / entry["file"])
         where = f"{case['kind']} {case['name']}/{case['case']}"
         want = case["expected"]
+        resolved = _encode(
+            {
+                k: _json_value(v)
+                for k, v in resolved_params(case["kind"], case["name"], case["params"]).items()
+            },
+            {},
+            "",
+            "resolved_params",
+        )
+        stored = _encode(case.get("resolved_params"), {}, "", "resolved_params")
+        if stored != resolved:
+            fail = (
+                f"{where}: resolved_params {stored} in the file; this fairagg resolves "
+                f"{resolved} (a default changed?)"
+            )
+            checks.append(CaseCheck(where, [fail], math.inf, math.inf))
+            continue
         try:
             got = _compute(case["kind"], case["name"], case["inputs"], case["params"])
         except (ValueError, TypeError) as exc:
@@ -1256,6 +1313,7 @@ SCHEMA: Json = {
         "name",
         "case",
         "params",
+        "resolved_params",
         "inputs",
         "expected",
         "tolerance",
@@ -1270,7 +1328,13 @@ SCHEMA: Json = {
         "formula": {"type": "string"},
         "function": {"type": "string", "description": "formulas: the fairagg function"},
         "args": {"type": "array", "items": {"type": "string"}},
-        "params": {"type": "object"},
+        "params": {"type": "object", "description": "the case's own settings"},
+        "resolved_params": {
+            "type": "object",
+            "description": "every parameter the case runs with, defaults included (a rule's "
+            "hyper-parameters and variant, a formula's keyword arguments; an infinite default "
+            'as the string "inf"); see defaults',
+        },
         "inputs": {"type": "object"},
         "expected": {"type": "object"},
         "tolerance": {
@@ -1293,3 +1357,17 @@ SCHEMA: Json = {
     },
     "$defs": {"array": _ARRAY},
 }
+
+
+def schema() -> Json:
+    """The JSON schema written as ``schema.json``: :data:`SCHEMA` with the default parameters of
+    every rule and formula (what a case's ``resolved_params`` holds when it sets nothing)."""
+    defaults = {
+        "rules": {n: {k: _json_value(v) for k, v in resolved_params("rule", n, {}).items()}
+                  for n in RULES},
+        "formulas": {
+            n: {k: _json_value(v) for k, v in resolved_params("formula", n, {}).items()}
+            for n in FORMULAS
+        },
+    }  # fmt: skip
+    return {**SCHEMA, "defaults": defaults}

@@ -228,3 +228,29 @@ def test_stored_non_unique_outputs_say_which_problem_they_minimise():
                 assert case["tolerance"][k]["argmin"] == text, path
                 seen += 1
     assert seen >= 30
+
+
+def test_every_case_states_every_parameter_it_runs_with(tmp_path):
+    import shutil
+
+    from fairagg.vectors import compare_vectors, resolved_params, schema
+
+    root = Path(__file__).parent / "golden"
+    assert json.loads((root / "schema.json").read_text()) == json.loads(json.dumps(schema()))
+    afl = json.loads((root / "rules" / "afl" / "large_lambda_step.json").read_text())
+    assert afl["params"] == {"lambda_lr": 1.0}
+    assert afl["resolved_params"] == {"batch_size": None, "lambda_lr": 1.0, "lr": None}
+    fedfv = json.loads((root / "rules" / "fedfv" / "flgo.json").read_text())
+    assert fedfv["resolved_params"]["variant"] == "flgo" and fedfv["resolved_params"]["tau"] == 2
+    assert resolved_params("formula", "min_norm_weights", {})["upper"] == np.inf
+    assert schema()["defaults"]["formulas"]["min_norm_weights"]["upper"] == "inf"
+    # a file whose stated parameters are not what this fairagg resolves is a failure
+    copy = tmp_path / "golden"
+    shutil.copytree(root, copy)
+    path = copy / "rules" / "afl" / "small.json"
+    body = json.loads(path.read_text())
+    body["resolved_params"]["lambda_lr"] = 0.02
+    path.write_text(json.dumps(body))
+    fails = [c for c in compare_vectors(copy) if c.fails]
+    assert [c.where for c in fails] == ["rule afl/small"]
+    assert "resolved_params" in fails[0].fails[0]
