@@ -222,6 +222,19 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="instead of writing, recompute every case under --out and report differences",
     )
+    vec.add_argument(
+        "--compare",
+        type=Path,
+        metavar="RESULTS",
+        help="compare your outputs per case (a JSON file keyed like 'rules/afl/small') with "
+        "the golden cases under --out, and print every comparison",
+    )
+    vec.add_argument(
+        "--precision",
+        choices=("float64", "solver", "float32"),
+        default="float64",
+        help="with --compare: what your code computes in (the tolerance; default float64)",
+    )
 
     chk = sub.add_parser(
         "check",
@@ -577,6 +590,15 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 def _cmd_vectors(args: argparse.Namespace) -> int:
     from . import vectors
+
+    if args.compare is not None:
+        if args.check:
+            raise ValueError("--compare and --check are two different checks: give one")
+        from .conformance import compare_results
+
+        report = compare_results(args.compare, args.out, precision=args.precision)
+        print(report)
+        return 1 if report.failed else 0
 
     if args.check:
         if not (args.out / "index.json").is_file():

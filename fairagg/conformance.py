@@ -95,6 +95,7 @@ __all__ = [
     "Worker",
     "WorkerError",
     "check",
+    "compare_results",
     "describe",
     "targets",
 ]
@@ -993,7 +994,7 @@ class ConformanceReport:
             )
         not_returned = list(self.not_returned)
         lines.append("")
-        verdict = "conforms" if self.mismatch is None else f"differs on {self.failed} cases"
+        verdict = "conforms" if not self.failed else f"differs on {self.failed} cases"
         lines.append(
             f"{self.target}: {verdict}; {self.golden} golden cases and {self.generated} generated "
             f"examples compared, {self.skipped} golden cases skipped, {self.outside} outside "
@@ -1872,6 +1873,25 @@ def _golden_cases(target: str, names: Iterable[str] | None) -> list[_Case]:
     ]
 
 
+def _tolerances(precision: Any, rtol: Any, atol: Any) -> tuple[float, float]:
+    """(rtol, atol): the precision's (:data:`PRECISIONS`), each overridden where given."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r}"
+        )
+    rtol = PRECISIONS[precision]["rtol"] if rtol is None else rtol
+    atol = PRECISIONS[precision]["atol"] if atol is None else atol
+    # a tolerance of infinity would pass every comparison: finite, >= 0
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < math.inf
+        ):
+            raise ValueError(f"{name} must be a finite non-negative number; got {value!r}")
+    return float(rtol), float(atol)
+
+
 def check(
     fn: Callable[..., Any] | Worker,
     target: str,
@@ -1972,20 +1992,7 @@ def check(
         )
     if kind == "rule":
         make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r}"
-        )
-    rtol = PRECISIONS[precision]["rtol"] if rtol is None else rtol
-    atol = PRECISIONS[precision]["atol"] if atol is None else atol
-    # a tolerance of infinity would pass every comparison: finite, >= 0
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not 0 <= value < math.inf
-        ):
-            raise ValueError(f"{name} must be a finite non-negative number; got {value!r}")
+    rtol, atol = _tolerances(precision, rtol, atol)
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
     if isinstance(golden, str) or not isinstance(golden, (bool, Iterable)):
@@ -2158,3 +2165,125 @@ def _run_hypothesis(
             )
         ) from exc
     return count[0], outside[0], None
+
+
+# ------------------------------------------------------------------ results written per case
+def _result_value(v: Any, where: str) -> Any:
+    """An output from a results file: a golden-style encoded array, a nested list of numbers,
+    or a number (non-finite numbers as "nan", "inf", "-inf" or the bare JSON tokens)."""
+    from ._worker import decode
+
+    try:
+        return decode(v) if isinstance(v, dict) else np.asarray(decode(v), dtype=np.float64)
+    except (TypeError, ValueError, WorkerError) as exc:
+        raise ValueError(f"results: {where} cannot be read as numbers ({exc})") from None
+
+
+def compare_results(
+    results: Any, golden: Any, *, precision: str = "float64", rtol: float | None = None,
+    atol: float | None = None,
+) -> ConformanceReport:  # fmt: skip
+    """Compare outputs you computed per golden case with the golden files' expectations.
+
+    Parameters
+    ----------
+    results : str or path
+        A JSON file: ``{"rules/afl/small": {"rounds": [{"params": [...], "mixture": [...]},
+        ...]}, "formulas/project_simplex/small": {"out": [...]}, ...}``, one entry per case you
+        ran (keys as the golden files' paths without ``.json``), each output named as the
+        golden file names it; arrays as nested lists or encoded as the golden files encode them.
+    golden : str or path
+        A folder of golden vectors (``fairagg vectors --out``, or the repository's
+        ``tests/golden``).
+    precision, rtol, atol
+        The tolerance, as for :func:`check`.
+
+    Returns
+    -------
+    ConformanceReport
+        ``rows`` holds every comparison (``str(report)`` is the table and a summary; there is
+        no minimised difference: the cases are yours); ``failed`` counts the cases that differ,
+        ``skipped`` the golden cases your file does not have, ``not_returned`` the outputs it
+        never gave. Cases of your file that the golden folder lacks are an error.
+    """
+    import json
+    from pathlib import Path
+
+    from .vectors import load_case
+
+    if not isinstance(results, (str, Path)) or not isinstance(golden, (str, Path)):
+        raise TypeError("results and golden must be paths (str or pathlib.Path)")
+    tol = _tolerances(precision, rtol, atol)
+    res_path, root = Path(results), Path(golden)
+    if not res_path.is_file():
+        raise FileNotFoundError(f"results: no file {str(res_path)!r}")
+    if not (root / "index.json").is_file():
+        raise FileNotFoundError(f"golden: {str(root)!r} holds no index.json (fairagg vectors)")
+    try:
+        mine = json.loads(res_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"results: {res_path} is not JSON ({exc})") from None
+    if not isinstance(mine, dict):
+        raise ValueError("results: the file must hold a JSON object keyed by case")
+    index = {
+        e["file"][: -len(".json")]: e
+        for e in json.loads((root / "index.json").read_text())["cases"]
+    }
+    unknown = sorted(set(mine) - set(index))
+    if unknown:
+        raise ValueError(
+            f"results: no golden case {', '.join(map(repr, unknown[:5]))}"
+            f"{' ...' if len(unknown) > 5 else ''} in {root} (keys are like 'rules/afl/small')"
+        )
+    rows: list[Row] = []
+    failed = 0
+    not_returned: set[str] = set()
+    for key, entry in index.items():
+        if key not in mine:
+            continue
+        case = load_case(root / entry["file"])
+        label = f"golden case {key}"
+        want = case["expected"]
+        if "error" in want:
+            rows.append(Row(label, None, "error", None, None, "", "fairagg raises here"))
+            continue
+        got_all = mine[key]
+        if not isinstance(got_all, dict):
+            raise ValueError(f"results: {key} must be a JSON object of named outputs")
+        if case["kind"] == "rule":
+            rounds_got = got_all.get("rounds")
+            if not isinstance(rounds_got, list):
+                raise ValueError(f'results: {key} must hold "rounds", a list of rounds')
+            pairs = list(enumerate(zip(want["rounds"], rounds_got, strict=False)))
+            n_want = len(want["rounds"])
+        else:
+            pairs = [(None, (want, got_all))]
+            n_want = 1
+        differs = False
+        for t, (w, g) in pairs:
+            if differs:
+                rows.append(Row(label, t, "(round)", None, None, "", "not compared"))
+                continue
+            for k, wv in w.items():
+                if k not in g:
+                    not_returned.add(k)
+                    rows.append(Row(label, t, k, None, None, _tolerance_text(wv, *tol),
+                                    "not returned"))  # fmt: skip
+                    continue
+                gv = _result_value(g[k], f"{key} {k}")
+                why = _close(gv, wv, *tol)
+                a, r = _differences(gv, wv)
+                verdict = "agrees" if why is None else "differs"
+                if why is not None and a is None:  # no entrywise difference: say why
+                    verdict = f"differs: {why}"
+                rows.append(Row(label, t, k, a, r, _tolerance_text(wv, *tol), verdict))
+                differs |= why is not None
+        if case["kind"] == "rule" and len(pairs) < n_want and not differs:
+            for t in range(len(pairs), n_want):
+                rows.append(Row(label, t, "(round)", None, None, "", "not returned"))
+        failed += differs
+    n = sum(1 for k in index if k in mine)
+    return ConformanceReport(
+        "golden files", n, 0, len(index) - n, None, 0, tuple(rows), failed,
+        tuple(sorted(not_returned)),
+    )  # fmt: skip

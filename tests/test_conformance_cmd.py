@@ -7,6 +7,7 @@ by ``tests/workers/outside_impl.py``, which cannot import fairagg (an import hoo
 from __future__ import annotations
 
 import ast
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -440,3 +441,44 @@ def test_the_cli_takes_the_precision(worker_dir, capsys):
         capsys, "qfedavg", "--cmd", cmd(worker_dir), "--precision", "float32", "--generated", "5"
     )
     assert rc == 0 and out.startswith("qfedavg: conforms")
+
+
+# --------------------------------------------------------- results written per case and round
+def test_vectors_compare_reads_results_per_case_and_round(tmp_path, capsys):
+    from fairagg.conformance import compare_results
+    from fairagg.vectors import load_case
+
+    golden = Path(__file__).parent / "golden"
+    small = load_case(golden / "formulas" / "project_simplex" / "small.json")["expected"]["out"]
+    afl = load_case(golden / "rules" / "afl" / "small.json")["expected"]["rounds"]
+    rounds = [{"params": r["params"].tolist(), "mixture": r["mixture"].tolist()} for r in afl]
+    rounds[1]["mixture"] = (np.asarray(rounds[1]["mixture"]) * 1.01).tolist()
+    results = {
+        "formulas/project_simplex/small": {"out": (small + 1e-12).tolist()},
+        "formulas/project_simplex/single": {"out": [0.5]},
+        "rules/afl/small": {"rounds": rounds},
+    }
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(results))
+    report = compare_results(path, golden)
+    assert report.failed == 2 and report.golden == 3
+    verdicts = [(r.case.split("/", 1)[1], r.round, r.quantity, r.verdict) for r in report.rows]
+    assert ("project_simplex/small", None, "out", "agrees") in verdicts
+    assert ("project_simplex/single", None, "out", "differs") in verdicts
+    assert ("afl/small", 1, "mixture", "differs") in verdicts
+    assert ("afl/small", 2, "(round)", "not compared") in verdicts
+    assert report.not_returned == ("model", "weights")
+    rc = cli.main(["vectors", "--compare", str(path), "--out", str(golden)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "golden files: differs on 2 cases" in out
+    # float32 results pass at the float32 precision
+    as32 = [{k: np.asarray(r[k], np.float32).tolist() for k in ("params", "mixture")} for r in afl]
+    path.write_text(json.dumps({"rules/afl/small": {"rounds": as32}}))
+    assert not compare_results(path, golden).failed == 0
+    assert compare_results(path, golden, precision="float32").failed == 0
+    # errors name the argument
+    path.write_text(json.dumps({"rules/afl/nosuch": {}}))
+    with pytest.raises(ValueError, match="results: no golden case 'rules/afl/nosuch'"):
+        compare_results(path, golden)
+    with pytest.raises(FileNotFoundError, match="golden: .* holds no index.json"):
+        compare_results(path, tmp_path)

@@ -725,6 +725,20 @@ def _report_check(kwargs: dict[str, Any], report: Any) -> None:
 
 
 _TEMPLATE = Path(fairagg.__file__).with_name("_worker_template.py")
+_GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+@functools.cache
+def _results_file(case: str) -> Path:
+    """A results file holding the golden answer of formulas/project_simplex/<case>."""
+    import json
+
+    from fairagg.vectors import load_case
+
+    want = load_case(_GOLDEN / "formulas" / "project_simplex" / f"{case}.json")["expected"]
+    path = Path(tempfile.mkdtemp()) / "results.json"
+    path.write_text(json.dumps({f"formulas/project_simplex/{case}": {"out": want["out"].tolist()}}))
+    return path
 
 
 def _worker_targets(**kwargs: Any) -> list[str]:
@@ -785,6 +799,18 @@ CONFORMANCE = {
         check=_report_check,
         examples=1,
         subprocess=True,
+    ),
+    "fairagg.conformance.compare_results": Entry(
+        valid=lambda draw: {
+            "results": str(_results_file(draw(st.sampled_from(["single", "inside"])))),
+            "golden": str(_GOLDEN),
+            "precision": draw(st.sampled_from(["float64", "float32"])),
+            "rtol": None,
+            "atol": None,
+        },
+        check=lambda k, r: _assert(r.failed == 0 and r.golden == 1, r),
+        fixed=("results", "golden"),
+        allowed=(FileNotFoundError,),
     ),
     "fairagg.conformance.describe": Entry(
         valid=lambda draw: {"target": draw(st.sampled_from(["fedavg", "fedavg_weights"]))},
