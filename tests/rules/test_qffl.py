@@ -581,3 +581,44 @@ def test_step_errors_name_the_argument_and_the_bound(f, lr, epsilon, match):
 def test_qfedsgd_step_static_step_error_names_the_type():
     with pytest.raises(TypeError, match=r"^static_step must be a bool; got int$"):
         qfedsgd_step(T2, D2, [1.0, 1.0], 1.0, 0.1, static_step=1)
+
+
+# ---------------------------------------------------------------- found by mutation testing
+_DQ = np.array([[0.1, 0.2], [0.3, -0.1], [-0.2, 0.4]])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_q_zero_takes_a_zero_loss_with_epsilon_zero_as_fedavg(backend):
+    # q = 0: F̃^0 = 1 for every client, a zero loss included (no log, no 0/0): h_k = L,
+    # Σ h_k = m L = 30 exactly, weights 1/(m L), the step the plain mean of L δ_k / L.
+    res = qfedavg_step(np.zeros(2), _DQ, [0.0, 1.0, 2.0], 0.0, 0.1, epsilon=0.0, backend=backend)
+    assert res.h_sum == 30.0
+    np.testing.assert_allclose(res.weights, np.full(3, 1 / 30), rtol=1e-15)
+    np.testing.assert_allclose(res.params, -_DQ.mean(axis=0), rtol=1e-15)
+    res = qfedsgd_step(np.zeros(2), _DQ, [0.0, 1.0, 2.0], 0.0, 0.1, epsilon=0.0, backend=backend)
+    assert res.h_sum == 30.0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: qfedavg_step(np.zeros(2), _DQ, [0.0, 1.0, 2.0], 1.0, 0.1, epsilon=0.0),
+            "losses + epsilon must be positive for q > 0 (F̃^(q-1) is undefined at 0); keep "
+            "epsilon > 0 or pass positive losses",
+        ),
+        (
+            lambda: qfedsgd_step(np.zeros(2), _DQ, [1e300, 1.0, 2.0], 5.0, 0.1, static_step=True),
+            "losses^q overflows float64 (q = 5.0, largest loss 1e+300); with static_step=True "
+            "the step is lr times F̃^q-weighted gradients: lower q",
+        ),
+        (
+            lambda: qfedavg_step(np.full(2, 1.7e308), -_DQ * 1e308, [1.0, 1.0, 1.0], 0.0, 1.0),
+            "params minus the step overflows float64 (both are near 1.8e308 in magnitude)",
+        ),
+    ],
+)
+def test_q_step_messages_are_exact(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message
