@@ -278,6 +278,15 @@ def _build_parser() -> _Parser:
         help="what your code computes in, which sets the tolerance: float64 1e-9 (default), "
         "solver 1e-6 (an iterative or conic solver's argmin), float32 1e-5",
     )
+    chk.add_argument(
+        "--accept",
+        action="append",
+        default=[],
+        choices=("epsilon", "nan-on-zero-update"),
+        help="a declared difference (repeatable): epsilon (another q-FFL loss offset, fitted "
+        "per case) or nan-on-zero-update (NaN where an update is all zero); such cases are "
+        "counted as accepted and the check goes on",
+    )
     chk.add_argument("--rtol", type=float, default=None, help="relative tolerance (overrides)")
     chk.add_argument("--atol", type=float, default=None, help="absolute tolerance (overrides)")
     chk.add_argument(
@@ -675,6 +684,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 raise_on_mismatch=False,
                 keep_going=args.keep_going,
                 precision=args.precision,
+                accept=args.accept,
                 **tol,
             )
     except (conformance.WorkerError, TypeError) as exc:

@@ -36,7 +36,10 @@ q-FedAvg ``Delta_w``, ``F_tilde``, ``Delta``, ``h``, ...; :func:`describe` lists
 compared first, in the order the formula computes them, so the report names the first term that
 differs. When only the output differs, the harness tries the mistakes it knows for that target
 (a norm not squared, ε left out, weights not renormalised over the selected clients, the
-off-by-one simplex projection, ...) and names the one your output matches.
+off-by-one simplex projection, ...) and names the one your output matches; for q-FFL it also
+fits one number to your results (another loss offset ε, or one loss shared by every client)
+where the case can tell such a fit from a wrong factor. ``accept=`` declares documented
+deviations (:data:`ACCEPTABLE`): cases that differ only so are counted, not reported.
 
 **Tolerance.** A quantity agrees when |got − want| ≤ atol·max(1, max|want|) + rtol·|want|
 entrywise (integers and booleans exactly), with rtol and atol those of your code's precision
@@ -84,6 +87,7 @@ from .vectors import (
 )
 
 __all__ = [
+    "ACCEPTABLE",
     "DEFAULT_ATOL",
     "DEFAULT_RTOL",
     "Adapter",
@@ -104,6 +108,16 @@ DEFAULT_RTOL = PRECISIONS["float64"]["rtol"]
 DEFAULT_ATOL = PRECISIONS["float64"]["atol"]
 #: Upper bound on the evaluations spent shrinking a failing golden case.
 SHRINK_BUDGET = 400
+#: The declared differences :func:`check` accepts (``accept=``): a case that differs only so
+#: is counted in ``ConformanceReport.accepted`` and the check goes on.
+ACCEPTABLE = {
+    "epsilon": "another loss offset ε in q-FFL's F̃_k = F_k + ε (e.g. 1e-8 where fairagg has "
+    "1e-10): accepted where fairagg, with one ε fitted to your results, agrees with yours on "
+    "every round of the case",
+    "nan-on-zero-update": "NaN in your outputs in a round where some client's update is all "
+    "zero (0/0 in a normalisation, as FLGo's FedFV divides by ‖δ_k‖): the case is accepted "
+    "from that round on, which starts from your NaN and is not compared",
+}
 
 Json = dict[str, Any]
 
@@ -918,8 +932,10 @@ class ConformanceError(AssertionError):
 class ConformanceReport:
     """What :func:`check` ran: golden cases and generated examples compared, golden cases
     skipped (fairagg rejects their inputs, or they conflict with ``params``), cases outside
-    your domain (``domain``, or your function skipped them), and the mismatch, if any.
-    ``bool(report)`` is True when everything agreed."""
+    your domain (``domain``, or your function skipped them), cases that differ only as
+    declared (``accepted``, counted among those compared), the hyper-parameter ranges the
+    generated examples drew (``drawn``), and the mismatch, if any. ``bool(report)`` is True
+    when everything agreed."""
 
     target: str
     golden: int
@@ -930,6 +946,8 @@ class ConformanceReport:
     rows: tuple[Row, ...] = ()
     failed: int = 0
     not_returned: tuple[str, ...] = ()
+    accepted: int = 0
+    drawn: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.mismatch is None
@@ -948,7 +966,11 @@ class ConformanceReport:
         )
         if self.outside:
             text += f"; {self.outside} cases outside your domain"
+        if self.accepted:
+            text += f"; {self.accepted} accepted as declared differences"
         text += ")"
+        if self.generated and self.drawn:
+            text += "; drawn: " + ", ".join(self.drawn)
         if self.not_returned:
             text += "; not checked, as your code did not return them: " + ", ".join(
                 self.not_returned
@@ -998,8 +1020,10 @@ class ConformanceReport:
         lines.append(
             f"{self.target}: {verdict}; {self.golden} golden cases and {self.generated} generated "
             f"examples compared, {self.skipped} golden cases skipped, {self.outside} outside "
-            "your domain"
+            f"your domain, {self.accepted} accepted as declared differences"
         )
+        if self.generated and self.drawn:
+            lines.append("generated examples drew: " + ", ".join(self.drawn))
         if not_returned:
             lines.append("not checked (your code did not return them): " + ", ".join(not_returned))
         if self.mismatch is not None:
@@ -1287,9 +1311,11 @@ class _Checker:
         tol: tuple,
         round_base: int = 0,
         domain: Callable[[Json, Json], Any] | None = None,
+        accept: frozenset[str] = frozenset(),
     ) -> None:
         self.fn, self.target, self.adapter, self.fixed, self.tol = fn, target, adapter, fixed, tol
-        self.round_base, self.domain = round_base, domain
+        self.round_base, self.domain, self.accept = round_base, domain, accept
+        self.fits = False  # the fitted diagnoses (ε, a shared loss): for the final mismatch
         self.worker = fn if isinstance(fn, Worker) else None
         self.rows: list[Row] | None = None  # a list while keeping going: every comparison
         self.not_returned: set[str] = set()  # fairagg's outputs your code never returned
@@ -1348,7 +1374,9 @@ class _Checker:
     def run(self, case: _Case) -> tuple[str, Mismatch | None]:
         """(status, the mismatch or None). Status: ``"rejected"`` (fairagg rejects the case or
         it conflicts with the fixed parameters), ``"outside"`` (outside your domain: ``domain``
-        says so, or your function skipped it), ``"checked"``."""
+        says so, or your function skipped it), ``"accepted"`` (it differs only as ``accept``
+        declares), ``"checked"``."""
+        start = len(self.rows) if self.rows is not None else 0
         params = self.params_of(case)
         want = None if params is None else self.reference(case)
         if params is None or want is None:
@@ -1371,6 +1399,10 @@ class _Checker:
             return "outside", None
         if diff is None:
             return "checked", None
+        reason = self._accepted(case, params, diff, start)
+        if reason is not None:
+            self._row(case, diff.round, "(case)", None, None, f"accepted: {reason}")
+            return "accepted", None
         shared = {f: getattr(diff, f) for f in _DIFF_FIELDS}
         diagnosis = self._diagnose(case, params, diff)
         return "checked", Mismatch(
@@ -1527,6 +1559,50 @@ class _Checker:
         for u in range(t + 1, rounds):
             self._row(case, u, "(round)", None, None, "not compared")
 
+    # declared differences -----------------------------------------------------------------
+    def _accepted(self, case: _Case, params: Json, diff: _Diff, start: int) -> str | None:
+        """Why the difference is one ``accept`` declares, or None."""
+        if not diff.yours:
+            return None
+        if "nan-on-zero-update" in self.accept:
+            got = diff.yours[-1]
+            nan = False
+            for v in got.values():
+                try:
+                    nan = nan or bool(np.any(np.isnan(np.asarray(v, dtype=np.float64))))
+                except (TypeError, ValueError):
+                    continue
+            if nan and _has_zero_update(case, diff.round):
+                return "NaN in a round with an all-zero update (nan-on-zero-update)"
+        if "epsilon" in self.accept and "epsilon" not in case.params:
+            rounds = _q_rounds(self.target, case, params, diff.yours)
+            eps = _fit_epsilon(
+                rounds,
+                float(params["epsilon"]),
+                self.tol,
+                continuous=_identifiable(rounds, self.tol),
+            )
+            if eps is None:
+                return None
+            fixed, accept = self.fixed, self.accept
+            self.fixed, self.accept = {**fixed, "epsilon": eps}, frozenset()
+            if self.rows is not None:
+                del self.rows[start:]
+            try:
+                status, again = self.run(case)
+            finally:
+                self.fixed, self.accept = fixed, accept
+            if status == "checked" and again is None:
+                return f"another loss offset, epsilon = {eps:.3g} (epsilon)"
+            if self.rows is not None:  # the rows of the first comparison, again
+                del self.rows[start:]
+                self.accept = frozenset()
+                try:
+                    self.run(case)
+                finally:
+                    self.accept = accept
+        return None
+
     # diagnosis ----------------------------------------------------------------------------
     def _diagnose(self, case: _Case, params: Json, diff: _Diff) -> str | None:
         """The known mistake whose results agree with yours on every round so far. First, if
@@ -1548,11 +1624,39 @@ class _Checker:
         for m in self.terms.mutants if self.terms is not None else ():
             if self._mistake_agrees(case, params, diff, m):
                 return f"{m.term} differs: {m.message}"
+        fitted = self._fitted(case, params, diff) if self.fits and finite else None
+        if fitted is not None:
+            return fitted
         if not finite:
             return (
                 f"{diff.quantity} is not finite in yours where fairagg's is: an overflow, a "
                 "square or power that underflowed to 0 and was divided by, or 0/0 on a zero "
                 "update"
+            )
+        return None
+
+    def _fitted(self, case: _Case, params: Json, diff: _Diff) -> str | None:
+        """A difference explained by one fitted number: another ε, or one loss for all."""
+        if self.target not in _LOSS_OFFSET:
+            return None
+        rounds = _q_rounds(self.target, case, params, diff.yours)
+        identifiable = _identifiable(rounds, self.tol)
+        eps = _fit_epsilon(rounds, float(params["epsilon"]), self.tol, continuous=identifiable)
+        if eps is not None:
+            return (
+                f"F_tilde differs: your loss offset is ε = {eps:.3g} where this case has "
+                f"epsilon = {float(params['epsilon']):g} (F̃_k = F_k + ε, SPEC §2): fairagg with "
+                f"epsilon = {eps:.3g} agrees with yours on every round compared. Check with "
+                f"params={{'epsilon': {eps:.3g}}} (--param epsilon={eps:.3g}) if your code "
+                "fixes it, or declare it with accept=['epsilon'] (--accept epsilon)"
+            )
+        shared = _fit_shared_loss(rounds, self.tol) if identifiable else None
+        if shared is not None:
+            return (
+                "F_tilde differs: your step uses one loss for every client (F̃ = "
+                f"{shared[-1]:.6g} fits yours{_in_round(diff.round)}), where q-FFL weighs "
+                "each client k by its own F̃_k = F_k + ε (Alg. 1); Flower's QFedAvg does "
+                "so with the global model's loss, evaluated once on the server"
             )
         return None
 
@@ -1577,6 +1681,171 @@ class _Checker:
                 return False
             theta, state = mut["params"], mut.get("_state")
         return True
+
+
+# ------------------------------------------------------------------------ fitted diagnoses
+#: Targets whose ``epsilon`` is q-FFL's loss offset F̃_k = F_k + ε (SPEC §2).
+_LOSS_OFFSET = ("qfedavg", "qfedsgd", "qfedavg_step", "qfedsgd_step")
+#: The ε values tried first, the offsets public q-FFL codes use among them.
+_EPS_GRID = (0.0, *(c * 10.0**k for k in range(-16, 0) for c in (1.0, 2.0, 5.0)))
+
+
+def _q_rounds(target: str, case: _Case, params: Json, yours: list[Json]) -> list[tuple]:
+    """Each compared round of a q-FFL case as (formula, inputs, params, your outputs); a rule's
+    round starts from your θ of the round before, so each round is judged on its own."""
+    if target in FORMULAS:
+        return [(target, case.inputs, params, yours[0])]
+    out = []
+    theta = np.asarray(case.inputs["params0"], dtype=np.float64)
+    for r, got in zip(case.inputs["rounds"], yours, strict=False):
+        spec = _round_formula(target, theta, r, params)
+        if spec is None or "params" not in got:
+            return []
+        out.append((*spec, got))
+        try:
+            theta = np.asarray(got["params"], dtype=np.float64)
+        except (TypeError, ValueError):
+            return []
+    return out
+
+
+def _in_round(rnd: int | None) -> str:
+    return "" if rnd is None else f" in round {rnd}"
+
+
+def _has_zero_update(case: _Case, rnd: int | None) -> bool:
+    """Whether the case (a rule's round ``rnd``) has a client whose update is all zero."""
+    src = case.inputs if rnd is None else case.inputs["rounds"][rnd]
+    for key in ("deltas", "grads", "gradients"):
+        if key in src:
+            U = np.asarray(src[key], dtype=np.float64)
+            if U.ndim == 2 and U.shape[1] and np.any(np.all(U == 0, axis=1)):
+                return True
+    return False
+
+
+def _params_error(got: Any, want: Any, tol: tuple) -> float:
+    """max |got − want| / (atol·max(1, max|want|) + rtol·|want|): at most 1 where they agree
+    (:func:`_close`), inf where either is not finite or the shapes differ."""
+    rtol, atol = tol
+    try:
+        g = np.asarray(got, dtype=np.float64)
+        w = np.asarray(want, dtype=np.float64)
+    except (TypeError, ValueError):
+        return math.inf
+    if g.shape != w.shape or not (np.all(np.isfinite(g)) and np.all(np.isfinite(w))):
+        return math.inf
+    if g.size == 0:
+        return 0.0
+    scale = max(1.0, float(np.max(np.abs(w))))
+    return float(np.max(np.abs(g - w) / (atol * scale + rtol * np.abs(w))))
+
+
+def _identifiable(rounds: list[tuple], tol: tuple) -> bool:
+    """Whether a one-number fit can tell anything: not when each round's step of yours is a
+    multiple of fairagg's (one client, one coordinate, parallel updates), as a wrong factor
+    anywhere in the step then fits as well as another ε or one shared loss."""
+    for name, inputs, p, got in rounds:
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                ref = _compute("formula", name, inputs, p)
+            theta = np.asarray(inputs["params"], dtype=np.float64)
+            a = theta - np.asarray(ref["params"], dtype=np.float64)
+            b = theta - np.asarray(got["params"], dtype=np.float64)
+        except (ValueError, TypeError, ArithmeticError):
+            return False
+        aa = float(a @ a) if a.shape == b.shape else 0.0
+        if not (aa > 0 and math.isfinite(aa)):
+            continue
+        s = float(a @ b) / aa
+        if _params_error(got["params"], theta - s * a, tol) > 1.0:
+            return True
+    return False
+
+
+def _epsilon_error(rounds: list[tuple], eps: float, tol: tuple) -> float:
+    """The largest :func:`_params_error` of θ^{t+1} over the rounds with ε = ``eps``."""
+    worst = 0.0
+    for name, inputs, p, got in rounds:
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                ref = _compute("formula", name, inputs, {**p, "epsilon": eps})
+        except (ValueError, TypeError, ArithmeticError):
+            return math.inf
+        worst = max(worst, _params_error(got["params"], ref["params"], tol))
+    return worst
+
+
+def _fit_epsilon(
+    rounds: list[tuple], current: float, tol: tuple, *, continuous: bool = True
+) -> float | None:
+    """An ε ≠ ``current`` with which fairagg's θ^{t+1} agrees with yours on every round, or
+    None when no ε explains yours. With ``continuous``, the minimiser of the difference over
+    log10 ε near the best value of :data:`_EPS_GRID` (ε = 0 if that fits best); without it,
+    the value of the grid that fits best, if it agrees. A round value such as 1e-8 is evidence
+    even on a case where a one-number fit could explain any difference of size
+    (:func:`_identifiable`), as a wrong factor elsewhere would not land on one; a fitted,
+    unround value is evidence only on an identifiable case."""
+    if not rounds:
+        return None
+    errors = [(_epsilon_error(rounds, eps, tol), eps) for eps in _EPS_GRID if eps != current]
+    best_err, best = min(errors)
+    if not math.isfinite(best_err):
+        return None
+    if not continuous or best == 0.0:
+        return best if best_err <= 1.0 else None
+    from scipy.optimize import minimize_scalar
+
+    x0 = math.log10(best)
+    res = minimize_scalar(
+        lambda x: min(_epsilon_error(rounds, 10.0**x, tol), 1e300),
+        bounds=(x0 - 0.5, x0 + 0.5),
+        method="bounded",
+        options={"xatol": 1e-9},
+    )
+    eps = float(10.0**res.x)
+    if eps != current and _epsilon_error(rounds, eps, tol) <= 1.0:
+        return eps
+    return None
+
+
+def _fit_shared_loss(rounds: list[tuple], tol: tuple) -> list[float] | None:
+    """The one loss F̃ per round with which θ^{t+1} = θ^t − Σ_k Δw_k / (q/F̃ Σ_k ‖Δw_k‖² + m L)
+    (q-FFL with F̃_k = F̃ for every client: F̃^q cancels) agrees with yours on every round;
+    None when no positive F̃ does, or when the clients' own losses already agree (equal
+    losses)."""
+    shared = []
+    for _name, inputs, p, got in rounds:
+        q, L = float(p["q"]), 1.0 / float(p["lr"])
+        U = np.asarray(inputs.get("deltas", inputs.get("grads")), dtype=np.float64)
+        Dw = L * U if "deltas" in inputs else U
+        theta = np.asarray(inputs["params"], dtype=np.float64)
+        try:
+            mine = np.asarray(got["params"], dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+        if q <= 0 or mine.shape != theta.shape or p.get("static_step"):
+            return None
+        with np.errstate(all="ignore"):
+            S = Dw.sum(axis=0)
+            step = theta - mine
+            ss = float(S @ S)
+            if not (ss > 0 and math.isfinite(ss)):
+                return None
+            c = float(step @ S) / ss  # θ − θ' = c S
+            denom = 1.0 / c - Dw.shape[0] * L if c > 0 else -1.0
+            F = q * float(np.einsum("ij,ij->", Dw, Dw)) / denom if denom > 0 else -1.0
+        if not (F > 0 and math.isfinite(F)):
+            return None
+        if _params_error(mine, theta - c * S, tol) > 1.0:
+            return None
+        losses = np.asarray(inputs["losses"], dtype=np.float64) + float(p["epsilon"])
+        if np.all(np.abs(losses - F) <= tol[1] * max(1.0, F) + tol[0] * F):
+            return None  # every client's own loss is F̃: no difference to explain
+        shared.append(F)
+    return shared or None
 
 
 # ----------------------------------------------------------------------------------- shrinking
@@ -1702,6 +1971,80 @@ def _shrink(checker: _Checker, case: _Case, found: Mismatch) -> Mismatch:
 
 
 # ---------------------------------------------------------------------------- generated inputs
+#: The ranges generated examples draw a formula's scalar inputs and parameters from (ints
+#: where the bounds are ints). q reaches 20, where F̃^q spans many binades; AFL's λ step 2,
+#: where the projection clips.
+_SCALARS: dict[str, tuple[float, float]] = {
+    "q": (0.0, 20.0),
+    "lr": (0.01, 1.0),
+    "tilt": (-2.0, 2.0),
+    "normaliser": (0.1, 5.0),
+    "lambda_lr": (0.001, 2.0),
+    "alpha": (0.0, 1.0),
+    "eta": (0.1, 5.0),
+    "rounds": (1, 50),
+    "lipschitz": (0.1, 5.0),
+    "r_bar": (0.0, 1.0),
+    "total": (0.1, 5.0),
+    "gamma": (0.0, 0.99),
+    "eta_s": (0.0, 2.0),
+    "server_lr": (0.0, 2.0),
+    "scale": (0.01, 2.0),
+    "num_clients": (1, 50),
+}
+#: The ranges generated rule cases draw each rule's hyper-parameters from (the others keep
+#: their defaults, or the values ``params`` fixes). FedFV's τ up to 3 looks back over every
+#: earlier round of a generated case (at most 3 rounds).
+_RULE_HYPER: dict[str, dict[str, tuple[float, float]]] = {
+    "qfedavg": {"q": (0.0, 20.0)},
+    "qfedsgd": {"q": (0.0, 20.0)},
+    "term": {"tilt": (-2.0, 2.0)},
+    "term-eg": {"tilt": (-2.0, 2.0)},
+    "qffl-eg": {"q": (0.0, 5.0)},
+    "fedmgda": {"epsilon": (0.0, 1.2)},
+    "fedfv": {"alpha": (0.0, 1.0), "tau": (0, 3)},
+    "afl": {"lambda_lr": (0.001, 2.0)},
+}
+
+
+def _drawing(st: Any, floats: Any, lo: float, hi: float) -> Any:
+    if isinstance(lo, int) and isinstance(hi, int):
+        return st.integers(lo, hi)
+    return floats(lo, hi)
+
+
+@functools.cache
+def _template(target: str) -> tuple[Json, Json]:
+    """(inputs, params) of a formula's first golden case: what generated examples vary."""
+    return next(iter(FORMULAS[target].cases(np.random.default_rng(0)).values()))[1:]
+
+
+def _scalar_ranges(target: str) -> dict[str, tuple[float, float]]:
+    ranges = dict(_SCALARS)
+    if target == "fedmgda_weights":
+        ranges["epsilon"] = (0.0, 1.2)
+    return ranges
+
+
+def _drawn(target: str, fixed: Json) -> tuple[str, ...]:
+    """The hyper-parameters and scalar inputs generated examples draw, with their ranges."""
+    if _kind(target) == "rule":
+        ranges = {k: v for k, v in _RULE_HYPER.get(target, {}).items() if k not in fixed}
+    else:
+        inputs, params = _template(target)
+        all_ranges = _scalar_ranges(target)
+        ranges = {
+            k: all_ranges[k]
+            for k, v in {**inputs, **params}.items()
+            if k in all_ranges
+            and k not in fixed
+            and not isinstance(v, (bool, np.bool_, str, np.ndarray))
+        }
+        if target == "dr_response":
+            ranges.pop("num_clients", None)  # K, the clients of the drawn case
+    return tuple(f"{k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in ranges.items())
+
+
 def _strategy(target: str, fixed: Json) -> Any:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
@@ -1721,28 +2064,8 @@ def _strategy(target: str, fixed: Json) -> Any:
     if _kind(target) == "rule":
         return _rule_strategy(target, fixed, st, arr, ints, floats)
 
-    f = FORMULAS[target]
-    template_inputs, template_params = next(iter(f.cases(np.random.default_rng(0)).values()))[1:]
-    scalars = {
-        "q": floats(0.0, 5.0),
-        "lr": floats(0.01, 1.0),
-        "tilt": floats(-2.0, 2.0),
-        "normaliser": floats(0.1, 5.0),
-        "lambda_lr": floats(0.001, 1.0),
-        "alpha": floats(0.0, 1.0),
-        "eta": floats(0.1, 5.0),
-        "rounds": st.integers(1, 50),
-        "lipschitz": floats(0.1, 5.0),
-        "r_bar": floats(0.0, 1.0),
-        "total": floats(0.1, 5.0),
-        "gamma": floats(0.0, 0.99),
-        "eta_s": floats(0.0, 2.0),
-        "server_lr": floats(0.0, 2.0),
-        "scale": floats(0.01, 2.0),
-        "num_clients": st.integers(1, 50),
-    }
-    if target == "fedmgda_weights":
-        scalars["epsilon"] = floats(0.0, 1.2)
+    template_inputs, template_params = _template(target)
+    scalars = {k: _drawing(st, floats, lo, hi) for k, (lo, hi) in _scalar_ranges(target).items()}
 
     @st.composite
     def build(draw: Any) -> _Case:
@@ -1804,15 +2127,8 @@ def _rule_strategy(target: str, fixed: Json, st: Any, arr: Any, ints: Any, float
     spec = RULES[target]
     gradients = make_rule(target).local.report == "gradients"
     hyper_domains = {
-        "qfedavg": {"q": floats(0.0, 5.0)},
-        "qfedsgd": {"q": floats(0.0, 5.0)},
-        "term": {"tilt": floats(-2.0, 2.0)},
-        "term-eg": {"tilt": floats(-2.0, 2.0)},
-        "qffl-eg": {"q": floats(0.0, 5.0)},
-        "fedmgda": {"epsilon": floats(0.0, 1.2)},
-        "fedfv": {"alpha": floats(0.0, 1.0)},
-        "afl": {"lambda_lr": floats(0.001, 2.0)},
-    }.get(target, {})
+        k: _drawing(st, floats, lo, hi) for k, (lo, hi) in _RULE_HYPER.get(target, {}).items()
+    }
 
     @st.composite
     def build(draw: Any) -> _Case:
@@ -1900,6 +2216,7 @@ def check(
     params: Mapping[str, Any] | None = None,
     round_base: int = 0,
     domain: Callable[[Json, Json], Any] | None = None,
+    accept: Iterable[str] = (),
     golden: bool | Iterable[str] = True,
     hypothesis: bool = True,
     max_examples: int = 100,
@@ -1932,6 +2249,11 @@ def check(
         ``domain(inputs, params)``: False for a case outside your implementation's domain by
         design (e.g. ``lambda i, p: (i["losses"] > 0).all()``); such cases are counted in
         ``ConformanceReport.outside``, not compared. Your function can also raise :class:`Skip`.
+    accept : iterable of str
+        Declared differences, names from :data:`ACCEPTABLE` (``"epsilon"``: another q-FFL loss
+        offset; ``"nan-on-zero-update"``: NaN where an update is all zero): a case that
+        differs only so is counted in ``ConformanceReport.accepted`` and the check goes on,
+        so one documented upstream deviation does not hide the rest.
     golden : bool or iterable of str
         Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
     hypothesis : bool
@@ -2003,13 +2325,36 @@ def check(
         raise ValueError("nothing to check: golden and hypothesis are both off")
     if not isinstance(keep_going, (bool, np.bool_)):
         raise TypeError(f"keep_going must be a bool; got {type(keep_going).__name__}")
+    if isinstance(accept, str) or not isinstance(accept, Iterable):
+        raise TypeError(
+            "accept must be an iterable of names of declared differences, e.g. ['epsilon']; "
+            f"got {type(accept).__name__}"
+        )
+    accepted_names = frozenset(accept)
+    for name in sorted(accepted_names, key=str):
+        if name not in ACCEPTABLE:
+            raise ValueError(f"accept: unknown difference {name!r}; known: {', '.join(ACCEPTABLE)}")
+    if "epsilon" in accepted_names and target not in _LOSS_OFFSET:
+        raise ValueError(
+            f"accept: 'epsilon' is q-FFL's loss offset, which {target!r} does not have "
+            f"(targets with it: {', '.join(_LOSS_OFFSET)})"
+        )
+    if "epsilon" in accepted_names and "epsilon" in fixed:
+        raise ValueError("accept: 'epsilon' fits ε per case; it cannot go with params['epsilon']")
     if isinstance(fn, Worker) and adapter != Adapter():
         raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
     checker = _Checker(
-        fn, target, adapter, fixed, (float(rtol), float(atol)), int(round_base), domain
+        fn,
+        target,
+        adapter,
+        fixed,
+        (float(rtol), float(atol)),
+        int(round_base),
+        domain,
+        accepted_names,
     )
     names = None if isinstance(golden, bool) else list(golden)
-    n_golden = n_generated = skipped = outside = failed = 0
+    n_golden = n_generated = skipped = outside = failed = accepted = 0
     mismatch: Mismatch | None = None
     rows: list[Row] = []
     try:
@@ -2025,26 +2370,31 @@ def check(
                     outside += 1
                     continue
                 n_golden += 1
+                accepted += status == "accepted"
                 if found is not None:
                     failed += 1
                     if mismatch is None:
-                        mismatch = _shrink(checker, case, found)
+                        mismatch = _settle(checker, case, found)
                     if not keep_going:
                         break
         if hypothesis and (mismatch is None or keep_going):
             if keep_going:
-                n_generated, n_out, n_failed = _run_hypothesis_rows(
+                n_generated, n_out, n_failed, n_acc = _run_hypothesis_rows(
                     checker, target, fixed, max_examples, derandomize, rows
                 )
                 failed += n_failed
                 if n_failed and mismatch is None:  # the same examples again, to minimise one
                     mismatch = _run_hypothesis(checker, target, fixed, max_examples, derandomize)[2]
             else:
-                n_generated, n_out, mismatch = _run_hypothesis(
+                n_generated, n_out, mismatch, n_acc = _run_hypothesis(
                     checker, target, fixed, max_examples, derandomize
                 )
                 failed += mismatch is not None
             outside += n_out
+            accepted += n_acc
+        if mismatch is not None and mismatch.diagnosis is None and mismatch.source != "golden":
+            generated = _Case(mismatch.source, mismatch.case, mismatch.inputs, mismatch.params)
+            mismatch = _fitted_mismatch(checker, generated) or mismatch
     except _UsageError as exc:
         raise exc.exc from None
     report = ConformanceReport(
@@ -2057,6 +2407,8 @@ def check(
         tuple(rows),
         failed,
         tuple(sorted(checker.not_returned)),
+        accepted,
+        _drawn(target, fixed) if hypothesis else (),
     )
     if mismatch is not None and raise_on_mismatch:
         raise ConformanceError(mismatch)
@@ -2072,11 +2424,11 @@ def _run_hypothesis_rows(
     rows: list[Row],
 ) -> tuple[int, int, int]:
     """Every generated example compared and recorded in ``rows`` (no stop, no shrinking):
-    (examples compared, outside your domain, that differ)."""
+    (examples compared, outside your domain, that differ, accepted as declared)."""
     import hypothesis
     from hypothesis import HealthCheck, Phase, settings
 
-    count, outside, failed = [0], [0], [0]
+    count, outside, failed, accepted = [0], [0], [0], [0]
 
     @settings(
         max_examples=max_examples,
@@ -2096,8 +2448,9 @@ def _run_hypothesis_rows(
             checker.rows = None
         if status == "outside":
             outside[0] += 1
-        hypothesis.assume(status == "checked")
+        hypothesis.assume(status in ("checked", "accepted"))
         count[0] += 1
+        accepted[0] += status == "accepted"
         failed[0] += found is not None
 
     try:
@@ -2110,12 +2463,12 @@ def _run_hypothesis_rows(
                     f"{fixed}: are they valid?"
                 )
             ) from exc
-    return count[0], outside[0], failed[0]
+    return count[0], outside[0], failed[0], accepted[0]
 
 
 def _run_hypothesis(
     checker: _Checker, target: str, fixed: Json, max_examples: int, derandomize: bool
-) -> tuple[int, int, Mismatch | None]:
+) -> tuple[int, int, Mismatch | None, int]:
     try:
         import hypothesis
         from hypothesis import HealthCheck, settings
@@ -2124,7 +2477,7 @@ def _run_hypothesis(
             "generated inputs need hypothesis: pip install 'fairagg[conformance]', or pass "
             "hypothesis=False to check the golden inputs alone"
         ) from exc
-    count, outside = [0], [0]
+    count, outside, accepted = [0], [0], [0]
 
     @settings(
         max_examples=max_examples,
@@ -2139,18 +2492,19 @@ def _run_hypothesis(
         status, found = checker.run(case)
         if status == "outside":
             outside[0] += 1
-        hypothesis.assume(status == "checked")
+        hypothesis.assume(status in ("checked", "accepted"))
         count[0] += 1
+        accepted[0] += status == "accepted"
         if found is not None:
             raise _Found(found)
 
     try:
         run()
     except _Found as exc:
-        return count[0], outside[0], exc.mismatch
+        return count[0], outside[0], exc.mismatch, accepted[0]
     except hypothesis.errors.Unsatisfiable as exc:
         if outside[0]:
-            return count[0], outside[0], None
+            return count[0], outside[0], None, accepted[0]
         raise _UsageError(
             ValueError(
                 f"fairagg rejected every generated input of {target!r} with params {fixed}: "
@@ -2164,7 +2518,35 @@ def _run_hypothesis(
                 "between calls? For a rule, use Adapter(stateful=True) with a factory"
             )
         ) from exc
-    return count[0], outside[0], None
+    return count[0], outside[0], None, accepted[0]
+
+
+def _fitted_mismatch(checker: _Checker, case: _Case) -> Mismatch | None:
+    """The case's mismatch with a fitted diagnosis (another ε, one shared loss), or None.
+    Fits cost dozens of evaluations of fairagg, too many for every candidate shrunk, and they
+    need the case before shrinking: on one client or one coordinate a one-number fit explains
+    any difference of size, so :func:`_identifiable` refuses it there."""
+    if checker.target not in _LOSS_OFFSET:
+        return None
+    rows, accept = checker.rows, checker.accept
+    checker.rows, checker.fits, checker.accept = None, True, frozenset()
+    try:
+        _, again = checker.run(case)
+    except (_UsageError, _Outside):
+        again = None
+    finally:
+        checker.rows, checker.fits, checker.accept = rows, False, accept
+    return again if again is not None and again.diagnosis is not None else None
+
+
+def _settle(checker: _Checker, case: _Case, found: Mismatch) -> Mismatch:
+    """A golden case's mismatch: with a fitted diagnosis on the whole case, where one fits,
+    else minimised (:func:`_shrink`)."""
+    if found.diagnosis is None:
+        fitted = _fitted_mismatch(checker, case)
+        if fitted is not None:
+            return fitted
+    return _shrink(checker, case, found)
 
 
 # ------------------------------------------------------------------ results written per case

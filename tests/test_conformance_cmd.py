@@ -91,6 +91,8 @@ def test_a_formula_conforms_and_a_planted_mistake_is_caught_and_named(worker_dir
     [
         ("norm-not-squared", "your norm is not squared"),
         ("no-epsilon", "ε is missing"),
+        ("flgo-epsilon", "your loss offset is ε = 1e-08 where this case has epsilon = 1e-10"),
+        ("shared-loss", "your step uses one loss for every client"),
     ],
 )
 def test_a_planted_qfedavg_mistake_is_caught_and_named_through_the_worker(
@@ -101,6 +103,22 @@ def test_a_planted_qfedavg_mistake_is_caught_and_named_through_the_worker(
     )
     assert rc == 1
     assert named in out
+
+
+def test_a_declared_difference_is_accepted_and_the_rest_checked(worker_dir, capsys):
+    worker = cmd(worker_dir, "--mistake", "flgo-epsilon")
+    rc, out, _ = run_cli(capsys, "qfedavg", "--cmd", worker, "--generated", "25")
+    assert rc == 1
+    rc, out, _ = run_cli(
+        capsys, "qfedavg", "--cmd", worker, "--generated", "25", "--accept", "epsilon"
+    )
+    assert rc == 0, out
+    assert "accepted as declared differences" in out
+    assert "drawn: q in [0, 20]" in out
+    with pytest.raises(SystemExit) as exc:
+        run_cli(capsys, "qfedavg", "--cmd", worker, "--accept", "eps")
+    assert exc.value.code == 2
+    assert "invalid choice: 'eps'" in capsys.readouterr().err
 
 
 def test_round_base_feeds_the_outside_code_its_own_round_numbers(worker_dir, capsys):

@@ -750,6 +750,7 @@ def _worker_targets(**kwargs: Any) -> list[str]:
 
 
 CONFORMANCE = {
+    "fairagg.conformance.ACCEPTABLE": CONSTANT,
     "fairagg.conformance.DEFAULT_ATOL": CONSTANT,
     "fairagg.conformance.DEFAULT_RTOL": CONSTANT,
     "fairagg.conformance.ConformanceError": EXCEPTION,
@@ -795,6 +796,7 @@ CONFORMANCE = {
             "round_base": draw(st.sampled_from([0, 1])),
             "domain": None,
             "keep_going": draw(st.booleans()),
+            "accept": draw(st.sampled_from([(), ["nan-on-zero-update"]])),
         },
         check=_report_check,
         examples=1,

@@ -41,7 +41,10 @@ def qfedavg(params, deltas, losses, lr, q, epsilon, lipschitz=None):
     """q-FedAvg (q-FFL Alg. 1, the public codes' Δw = L δ), stateless."""
     L = 1.0 / lr if lipschitz is None else lipschitz
     dw = L * deltas
-    F = losses + (0.0 if MISTAKE == "no-epsilon" else epsilon)
+    if MISTAKE == "shared-loss":  # one loss for every client, as Flower's QFedAvg
+        losses = np.full_like(losses, np.mean(losses))
+    eps = {"no-epsilon": 0.0, "flgo-epsilon": 1e-8}.get(MISTAKE, epsilon)
+    F = losses + eps
     norm = np.sum(dw * dw, axis=1)
     if MISTAKE == "norm-not-squared":
         norm = np.sqrt(norm)
