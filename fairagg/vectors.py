@@ -818,6 +818,11 @@ RULE_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "propfair-eg": {"small_m": {"M": 4.0}},
 }
+#: Hyper-parameters that switch a rule onto other code paths: each variant setting one has
+#: the degenerate cases as well (``<variant>_<shape>``).
+VARIANT_KEYS = frozenset({"variant", "tau", "inclusion_probability"})
+#: The degenerate case shapes.
+DEGENERATE = ("ties", "zero_updates", "single_client", "extreme_losses")
 #: Rule outputs not compared: facts of an algorithm's path, not of its formula.
 RULE_EXCLUDE = ("qp_iterations",)
 
@@ -887,6 +892,17 @@ def _rule_cases(name: str, rng: np.random.Generator) -> dict[str, tuple[str, dic
         theta, rounds = _rule_rounds(rng, spec, 5, 3, 6, 3, "small")
         what = "three rounds with " + ", ".join(f"{k} = {v}" for k, v in hyper.items())
         cases[kind] = (what, {"params0": theta, "num_clients": 5, "rounds": rounds}, hyper)
+    # a variant's own branches on the degenerate shapes too (drawn after the cases above, which
+    # therefore keep their inputs)
+    for kind, hyper in RULE_VARIANTS.get(name, {}).items():
+        if not set(hyper) & VARIANT_KEYS:
+            continue
+        for shape in DEGENERATE:
+            what, K, m, d = shapes[shape]
+            theta, rounds = _rule_rounds(rng, spec, K, m, d, 3, shape)
+            label = ", ".join(f"{k} = {v}" for k, v in hyper.items())
+            inputs = {"params0": theta, "num_clients": K, "rounds": rounds}
+            cases[f"{kind}_{shape}"] = (f"{what}, with {label}", inputs, hyper)
     return cases
 
 
