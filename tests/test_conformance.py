@@ -848,3 +848,33 @@ def test_the_report_says_which_ranges_were_drawn():
     report = check(qfedavg_np, "qfedavg_step", golden=False, max_examples=5)
     assert report.drawn == ("q in [0, 20]", "lr in [0.01, 1]")
     assert check(qfedavg_np, "qfedavg_step", hypothesis=False).drawn == ()
+
+
+def test_a_missing_lipschitz_factor_is_named():
+    def bad(params, deltas, losses, q, lr, epsilon):  # Δw_k = δ_k where it is L δ_k
+        return qfedavg_np(params, deltas * lr, losses, q, lr, epsilon)
+
+    report = check(bad, "qfedavg_step", raise_on_mismatch=False)
+    assert report.mismatch.diagnosis.startswith("Delta_w differs: L = 1/lr is missing")
+
+
+def test_clipping_instead_of_projecting_is_named():
+    def clip(y, total):
+        x = np.maximum(y, 0.0)
+        return total * x / x.sum() if x.sum() > 0 else np.full(y.shape, total / y.size)
+
+    report = check(clip, "project_simplex", raise_on_mismatch=False)
+    assert report.mismatch.diagnosis.startswith("out differs: clipped and rescaled")
+
+
+def test_fedmgda_on_updates_not_normalised_is_named():
+    def raw(deltas, num_samples, epsilon, server_lr):  # MGDA on δ_k, not on δ_k/‖δ_k‖
+        from fairagg.simplex import min_norm_weights
+
+        lam0 = num_samples / num_samples.sum()
+        lo, hi = np.maximum(0.0, lam0 - epsilon), np.minimum(1.0, lam0 + epsilon)
+        lam = lam0 if epsilon == 0 else min_norm_weights(deltas @ deltas.T, lower=lo, upper=hi).x
+        return {"mixture": lam, "weights": server_lr * lam}
+
+    report = check(raw, "fedmgda_weights", raise_on_mismatch=False)
+    assert report.mismatch.diagnosis.startswith("g_hat differs: the updates are not normalised")
