@@ -10,11 +10,20 @@ what ``fairagg compare`` relies on.
 A run that fails midway (divergence, an error in a rule, Ctrl-C) keeps what it recorded: the
 :class:`History` passed in (or ``exc.history`` on the exception that propagates) holds every
 completed round, and its ``status`` says why the run stopped.
+
+Checkpoints (``simulate(..., checkpoint=path)``) hold the complete state after a round: θ, the
+rule's state, the participation counts and the history. As every random draw of round t comes
+from ``(seed, t)``, nothing else carries over, and ``simulate(..., checkpoint=path,
+resume=True)`` continues a run (finished, interrupted or killed) to the same parameters and
+metrics, bit for bit, as a run that never stopped; only the timings differ.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,7 +39,13 @@ from .rules import check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
 from .types import LocalSpec, RoundReports, Rule, check_local_spec
 
-__all__ = ["History", "simulate"]
+__all__ = ["CHECKPOINT_OVERHEAD", "History", "load_checkpoint", "simulate"]
+
+#: The largest share of a run's time spent writing checkpoints: a checkpoint is written after
+#: a round once the run has gone on for its writing time / CHECKPOINT_OVERHEAD since the last
+#: one (and always after the last round, and when the run stops on an error or Ctrl-C).
+CHECKPOINT_OVERHEAD = 0.05
+_CHECKPOINT_VERSION = 1
 
 #: Stream tag of client sampling in ``default_rng([seed, tag, round])``.
 SAMPLING_STREAM = 0
@@ -190,6 +205,71 @@ def _client_momentum(momentum: Any, spec: LocalSpec, rule_name: str) -> float:
     return mu
 
 
+def _history_state(h: History, rounds: int) -> dict[str, Any]:
+    """The history's content after ``rounds`` rounds (a round in progress is left out)."""
+    rows = {k: list(h._rows[k][:rounds]) for k in _ROUND_FIELDS}
+    n_eval = sum(int(r) <= rounds for r in h._rows["eval_round"])
+    rows.update({k: list(h._rows[k][:n_eval]) for k in _EVAL_FIELDS})
+    return {
+        "config": dict(h.config),
+        "rows": rows,
+        "num_train_samples": h.num_train_samples,
+        "num_test_samples": h.num_test_samples,
+        "final_params": h.final_params,
+        "status": h.status,
+    }
+
+
+def _write_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write atomically: a temporary file in the same folder, flushed to disk, then renamed
+    over ``path``, so a crash at any moment leaves the old checkpoint or the new one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _checkpoint_path(checkpoint: Any) -> Path:
+    if isinstance(checkpoint, bytes) or not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(
+            f"checkpoint must be a file path (str or os.PathLike); got {type(checkpoint).__name__}"
+        )
+    if str(checkpoint) == "" or "\x00" in str(checkpoint):
+        raise ValueError(f"checkpoint must be a file path; got {str(checkpoint)!r}")
+    return Path(checkpoint)
+
+
+def load_checkpoint(checkpoint: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`simulate` (``checkpoint=``): a dict with
+    ``round`` (the rounds completed), ``config``, ``params``, ``state``, ``counts`` and
+    ``history`` (a :class:`History`). Checkpoints are pickles: load only your own."""
+    path = _checkpoint_path(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint: no such file: {path}")
+    with open(path, "rb") as fh:
+        try:
+            payload = pickle.load(fh)
+        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
+            raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint ({exc})") from None
+    if not isinstance(payload, dict) or payload.get("version") != _CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint of this version")
+    hs = payload["history"]
+    h = History(hs["config"], hs["num_train_samples"], hs["num_test_samples"])
+    h._rows = {k: list(v) for k, v in hs["rows"].items()}
+    h.final_params, h.status = hs["final_params"], hs["status"]
+    return {**payload, "history": h}
+
+
+#: Configuration entries a resumed run may change: the number of rounds only.
+_RESUMABLE = frozenset({"rounds"})
+
+
 def simulate(
     rule: Rule | str,
     model: FlatModel,
@@ -210,6 +290,8 @@ def simulate(
     callback: Callable[[History], None] | None = None,
     progress: bool = False,
     parallel: bool = True,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ) -> History:
     """Run ``rounds`` rounds of federated training with ``rule``.
 
@@ -248,6 +330,16 @@ def simulate(
         Show a progress bar on standard error.
     parallel : bool
         Train the selected clients in parallel threads.
+    checkpoint : str or Path, optional
+        A file to keep the run's complete state in (written atomically after a round, at most
+        :data:`CHECKPOINT_OVERHEAD` of the run's time, after the last round and when the run
+        stops on an error or Ctrl-C).
+    resume : bool
+        Continue from ``checkpoint`` if it exists (a run finished, interrupted or killed),
+        possibly to more ``rounds``: the result equals, bit for bit, a run of ``rounds``
+        rounds that never stopped. Every other setting must be the checkpoint's
+        (``ValueError`` otherwise), and so must ``model``, ``data`` and ``params``, which
+        the checkpoint cannot check beyond their shapes.
 
     Returns
     -------
@@ -316,27 +408,89 @@ def simulate(
     }
     if history is None:
         history = History()
+    ckpt_path = None if checkpoint is None else _checkpoint_path(checkpoint)
+    if not isinstance(resume, (bool, np.bool_)):
+        raise TypeError(f"resume must be a bool; got {type(resume).__name__}")
+    if resume and ckpt_path is None:
+        raise ValueError("resume=True needs checkpoint=, the file to continue from")
+    if ckpt_path is not None and not ckpt_path.parent.is_dir():
+        raise ValueError(f"checkpoint: the folder {ckpt_path.parent} does not exist")
+    if ckpt_path is not None and ckpt_path.is_dir():
+        raise ValueError(f"checkpoint: {ckpt_path} is a folder; name a file in it")
+
+    state = rule.init(theta, K)
+    counts = np.zeros(K, dtype=np.int64)
+    start = 0
+    if resume and ckpt_path.exists():
+        saved = load_checkpoint(ckpt_path)
+        changed = sorted(
+            k
+            for k in set(config) | set(saved["config"])
+            if k not in _RESUMABLE and saved["config"].get(k) != config.get(k)
+        )
+        if changed:
+            raise ValueError(
+                f"resume: this run's settings differ from the checkpoint's in "
+                f"{', '.join(changed)} (only rounds may change)"
+            )
+        start = int(saved["round"])
+        if start > T:
+            raise ValueError(f"resume: the checkpoint holds {start} rounds; rounds={T} is fewer")
+        if np.shape(saved["params"]) != theta.shape:
+            raise ValueError("resume: the checkpoint's parameters do not fit this model")
+        theta, state, counts = saved["params"], saved["state"], saved["counts"].copy()
+        old = saved["history"]
+        # the last round of the shorter run was evaluated because it was last: drop it if a
+        # run of T rounds would not evaluate there
+        if start < T and start % eval_every and old._rows["eval_round"]:
+            if int(old._rows["eval_round"][-1]) == start:
+                for k in _EVAL_FIELDS:
+                    old._rows[k].pop()
+        history._rows = old._rows
+        history.final_params = old.final_params
+        history.status = "running"
     history.config.update(config)
     history.num_train_samples, history.num_test_samples = n_train, n_test
 
-    state = rule.init(theta, K)
     gradients = local_spec.report == "gradients"
     # One (m, d) buffer, refilled each round: the displacements, or the gradients of SGD rules.
     deltas = np.empty((m, theta.size), dtype=theta.dtype)
-    counts = np.zeros(K, dtype=np.int64)
-    history.record_eval(0, *_evaluate(model, theta, data))
-    history.final_params = theta.copy()
+    if start == 0:
+        history.record_eval(0, *_evaluate(model, theta, data))
+        history.final_params = theta.copy()
+
+    def save(t_done: int) -> float:
+        t0 = time.perf_counter()
+        payload = {
+            "version": _CHECKPOINT_VERSION,
+            "round": t_done,
+            "config": dict(config),
+            "params": theta,
+            "state": state,
+            "counts": counts,
+            "history": {**_history_state(history, t_done), "final_params": final[0]},
+        }
+        _write_checkpoint(ckpt_path, payload)
+        return time.perf_counter() - t0
+
+    final = [history.final_params]  # the reported model of the last completed round
+    cost, last_save = 0.0, time.perf_counter()
+    if ckpt_path is not None and start == 0:
+        cost = save(0)
+        last_save = time.perf_counter()
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=T, desc=rule.name, unit="round", leave=True)
+        bar = tqdm(total=T, initial=start, desc=rule.name, unit="round", leave=True)
+    done = start
     try:
-        for t in range(T):
+        for t in range(start, T):
             rng = np.random.default_rng([seed, SAMPLING_STREAM, t])
             S = sample_clients(K, m, rng, scheme=sampling, num_samples=n_train)
-            counts[S] += 1
+            counts_t = counts.copy()  # the counts stay those of the last completed round
+            counts_t[S] += 1
             t0 = time.perf_counter()
             if gradients:
                 local = client_gradients(
@@ -389,7 +543,7 @@ def simulate(
                 n_train[S],
                 local.losses,
                 accuracies,
-                counts[S].copy(),
+                counts_t[S],
                 S,
                 t,
                 K,
@@ -404,11 +558,20 @@ def simulate(
                 raise FloatingPointError(
                     f"rule {rule.name!r} produced non-finite parameters in round {t + 1}"
                 )
-            theta, state = agg.params, agg.state
+            theta, state, counts = agg.params, agg.state, counts_t
             history.record_round(t + 1, S, agg.info["weights"], local.losses, t1 - t0, t2 - t1)
             history.final_params = reported  # rules return new arrays; nothing mutates them
             if (t + 1) % eval_every == 0 or t + 1 == T:
                 history.record_eval(t + 1, *_evaluate(model, reported, data))
+            done, final[0] = t + 1, reported
+            now = time.perf_counter()
+            if (
+                ckpt_path is not None
+                and done < T  # the last round's is written below, with the status
+                and (now - last_save) * CHECKPOINT_OVERHEAD >= cost
+            ):
+                cost = save(done)
+                last_save = time.perf_counter()
             if bar is not None:
                 bar.update(1)
                 acc = history.latest("test_accuracy") @ n_test / n_test.sum()
@@ -417,6 +580,14 @@ def simulate(
                 callback(history)
     except BaseException as exc:
         history.status = f"stopped: {type(exc).__name__}: {exc}"
+        if ckpt_path is not None:
+            # the state of the last completed round: an eval of an unfinished round is not in
+            # it (evaluations are recorded after the round they follow)
+            try:
+                save(done)
+            except Exception as err:  # noqa: BLE001 - keep the original error
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
         if hasattr(exc, "add_note"):
             exc.add_note(f"fairagg: the history keeps the {history.num_rounds} completed rounds")
         exc.history = history  # type: ignore[attr-defined]
@@ -425,4 +596,6 @@ def simulate(
         if bar is not None:
             bar.close()
     history.status = "completed"
+    if ckpt_path is not None:
+        save(done)
     return history

@@ -353,3 +353,65 @@ def test_invalid_momentum_and_accuracy_source_are_rejected(model, data, fields, 
         LocalSpec(**fields)
     with pytest.raises(ValueError, match=match):
         _run(_spec_rule([], _unchecked_spec(**fields)), model, data)
+
+
+# ------------------------------------------------------------------ checkpoints and resume
+def _same_history(a: History, b: History) -> None:
+    """Bitwise equal parameters and metrics (the timings are the only fields that differ)."""
+    for k in ("round", "selected", "weights", "reported_losses", "eval_round", "test_accuracy",
+              "test_loss", "train_accuracy", "train_loss"):  # fmt: skip
+        x, y = getattr(a, k), getattr(b, k)
+        assert x.shape == y.shape and np.array_equal(x, y), k
+    assert np.array_equal(a.final_params, b.final_params)
+
+
+@pytest.mark.parametrize("rule", ["fedavg", "afl", "fedfv", "aaggff-s", "fedfa", "term"])
+def test_a_run_resumed_to_more_rounds_equals_one_that_never_stopped(model, data, tmp_path, rule):
+    m = data.num_clients if rule in ("afl", "aaggff-s") else 3
+    kw = {"clients_per_round": m, "epochs": 1, "eval_every": 2, "seed": 3}
+    whole = simulate(rule, model, data, rounds=5, **kw)
+    ckpt = tmp_path / "run.ckpt"
+    first = simulate(rule, model, data, rounds=3, checkpoint=ckpt, **kw)
+    assert first.eval_round.tolist() == [0, 2, 3]  # round 3 evaluated as the last
+    resumed = simulate(rule, model, data, rounds=5, checkpoint=ckpt, resume=True, **kw)
+    assert resumed.eval_round.tolist() == [0, 2, 4, 5]
+    _same_history(resumed, whole)
+    assert resumed.status == "completed"
+    # resuming a finished run of as many rounds is a no-op
+    again = simulate(rule, model, data, rounds=5, checkpoint=ckpt, resume=True, **kw)
+    _same_history(again, whole)
+
+
+def test_a_run_stopped_midway_resumes_bitwise(model, data, tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    kw = {"clients_per_round": 3, "epochs": 1, "seed": 1}
+    whole = simulate("qfedavg", model, data, rounds=4, **kw)
+
+    def stop(h):
+        if h.num_rounds == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        simulate("qfedavg", model, data, rounds=4, checkpoint=ckpt, callback=stop, **kw)
+    from fairagg.simulate import load_checkpoint
+
+    assert load_checkpoint(ckpt)["round"] == 2
+    resumed = simulate("qfedavg", model, data, rounds=4, checkpoint=ckpt, resume=True, **kw)
+    _same_history(resumed, whole)
+
+
+def test_resume_refuses_other_settings(model, data, tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    simulate("fedavg", model, data, rounds=2, clients_per_round=3, epochs=1, checkpoint=ckpt)
+    with pytest.raises(ValueError, match="differ from the checkpoint's in lr, seed"):
+        simulate("fedavg", model, data, rounds=3, clients_per_round=3, epochs=1, seed=1,
+                 lr=0.02, checkpoint=ckpt, resume=True)  # fmt: skip
+    with pytest.raises(ValueError, match="the checkpoint holds 2 rounds; rounds=1 is fewer"):
+        simulate("fedavg", model, data, rounds=1, clients_per_round=3, epochs=1,
+                 checkpoint=ckpt, resume=True)  # fmt: skip
+    with pytest.raises(ValueError, match="resume=True needs checkpoint="):
+        simulate("fedavg", model, data, rounds=1, clients_per_round=3, resume=True)
+    (tmp_path / "junk").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="is not a fairagg checkpoint"):
+        simulate("fedavg", model, data, rounds=1, clients_per_round=3,
+                 checkpoint=tmp_path / "junk", resume=True)  # fmt: skip

@@ -516,6 +516,17 @@ def _history_check(kwargs: dict[str, Any], h: Any) -> None:
         ), (key, got)
 
 
+@functools.cache
+def _checkpoint_file() -> Path:
+    """A checkpoint of a one-round run, written once per process."""
+    from fairagg.simulate import simulate
+
+    path = Path(tempfile.mkdtemp(prefix="fairagg-contract-")) / "run.ckpt"
+    simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1,
+             checkpoint=path)  # fmt: skip
+    return path
+
+
 SIMULATE = {
     "fairagg.simulate.simulate": Entry(
         valid=lambda draw: {
@@ -529,10 +540,21 @@ SIMULATE = {
             "lr": 0.1,
             "seed": draw(st.integers(0, 9)),
             "eval_every": 1,
+            "checkpoint": None,
+            "resume": False,
         },
         call=_simulate,
         check=_simulate_check,
         allowed=(FloatingPointError,),  # documented: local training or the rule diverged
+        examples=1,
+        subprocess=True,
+    ),
+    "fairagg.simulate.CHECKPOINT_OVERHEAD": CONSTANT,
+    "fairagg.simulate.load_checkpoint": Entry(
+        valid=lambda draw: {"checkpoint": str(_checkpoint_file())},
+        check=lambda k, r: _assert(r["round"] == 1 and r["history"].num_rounds == 1, r),
+        allowed=(FileNotFoundError,),
+        deterministic=False,
         examples=1,
         subprocess=True,
     ),
@@ -666,6 +688,8 @@ VECTORS = {
         check=_generate_check,
         examples=1,
         subprocess=True,
+        # resolved_params hold documented infinities (min_norm_weights' upper = inf: no bound)
+        finite=False,
     ),
     "fairagg.vectors.write_vectors": Entry(
         valid=lambda draw: {"out": tempfile.mkdtemp(), "seed": draw(st.integers(0, 9))},
