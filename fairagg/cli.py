@@ -172,8 +172,28 @@ def _build_parser() -> _Parser:
     run.add_argument(
         "--out",
         type=Path,
-        default=Path("runs/default"),
-        help="output folder (default: runs/default)",
+        default=None,
+        help="output folder (default: runs/RULE-sSEED); a folder that holds a run is refused",
+    )
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out (its files are removed first, so nothing is mixed)",
+    )
+    run.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR (finished, interrupted or killed) from its checkpoint, "
+        "as configured there; --rounds T runs it to T rounds",
+    )
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="run the configuration of a saved config.json; flags given beside it override",
     )
     _add_experiment_args(run)
 
@@ -374,30 +394,62 @@ def _make_experiment(args: argparse.Namespace):
     return data, model
 
 
-def _run_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out: Path, label: str):
-    """One simulation that streams its per-round CSV to ``out`` and saves its history."""
+_ROUNDS_HEADER = [
+    "round",
+    "mean_test_accuracy",
+    "client_mean",
+    "worst_10",
+    "best_10",
+    "variance",
+    "mean_train_loss",
+    "time_local_s",
+    "time_aggregate_s",
+]
+
+
+def _rounds_csv(path: Path, keep: int | None) -> Any:
+    """``rounds.csv`` opened for appending rows: new, or (``keep``) cut back to the rows of
+    the rounds a resumed run keeps, written to a temporary file and renamed over the old."""
+    if keep is None or not path.exists():
+        fh = open(path, "w", newline="")
+        csv.writer(fh).writerow(_ROUNDS_HEADER)
+        return fh
+    with open(path, newline="") as old:
+        rows = [r for r in csv.reader(old)][1:]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(_ROUNDS_HEADER)
+        w.writerows(r for r in rows if r and r[0].isdigit() and int(r[0]) <= keep)
+    tmp.replace(path)
+    return open(path, "a", newline="")
+
+
+def _run_one(
+    args,
+    data,
+    model,
+    rule_name: str,
+    k_per_round: int,
+    seed: int,
+    out: Path,
+    label: str,
+    *,
+    resume: bool = False,
+):
+    """One simulation that streams its per-round CSV to ``out``, keeps a checkpoint there and
+    saves its history; ``resume`` continues it from the checkpoint."""
     from .rules import make_rule
-    from .simulate import History, simulate
+    from .simulate import History, load_checkpoint, simulate
 
     rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))
     history = History()
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{label}rounds.csv"
-    with open(csv_path, "w", newline="") as fh:
+    ckpt = out / f"{label}checkpoint.pkl"
+    keep = load_checkpoint(ckpt)["round"] if resume else None
+    with _rounds_csv(csv_path, keep) as fh:
         writer = csv.writer(fh)
-        writer.writerow(
-            [
-                "round",
-                "mean_test_accuracy",
-                "client_mean",
-                "worst_10",
-                "best_10",
-                "variance",
-                "mean_train_loss",
-                "time_local_s",
-                "time_aggregate_s",
-            ]
-        )
 
         def on_round(h: History) -> None:
             t = int(h.latest("round"))
@@ -431,7 +483,9 @@ def _run_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out
                 eval_every=args.eval_every,
                 history=history,
                 callback=on_round,
-                progress=not args.quiet,
+                progress=not args.quiet and sys.stderr.isatty(),
+                checkpoint=ckpt,
+                resume=resume,
             )
         finally:
             history.config.update(data=args.data, data_seed=args.data_seed)
@@ -481,25 +535,127 @@ def _write_client_csv(path: Path, data, h) -> None:
             )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+#: The files ``fairagg run`` writes into its folder (and removes first with --overwrite).
+RUN_FILES = (
+    "config.json",
+    "rounds.csv",
+    "clients.csv",
+    "summary.json",
+    "history.npz",
+    "checkpoint.pkl",
+    "curves.png",
+    "accuracy_distribution.png",
+    "acf.png",
+)
+#: Entries of a saved config.json that are not settings of the run.
+_NOT_SETTINGS = ("command", "out", "overwrite", "resume", "config", "quiet")
 
+
+def _explicit(argv: Sequence[str] | None) -> set[str]:
+    """The ``run`` options given on the command line (not their defaults)."""
+    parser = _build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices["run"]._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv))) - {"command"}
+
+
+def _read_config(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"{what}: no such file: {path}")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what}: {path} is not a fairagg config.json ({exc})") from None
+    if not isinstance(config, dict) or "rule" not in config:
+        raise ValueError(f"{what}: {path} is not a fairagg run's config.json")
+    return config
+
+
+def _apply_config(args: argparse.Namespace, config: dict[str, Any], keep: set[str], what: str):
+    """Set ``args`` from a saved config, except the options in ``keep`` (given explicitly)."""
+    known = set(vars(args))
+    for key, value in config.items():
+        if key in _NOT_SETTINGS or key in keep:
+            continue
+        if key not in known:
+            raise ValueError(f"{what}: unknown setting {key!r} in the config")
+        if key == "rule_arg":
+            value = list(value.items()) if isinstance(value, dict) else value
+        setattr(args, key, value)
+
+
+def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
+    """Refuse an output folder that cannot hold this run, before anything is written."""
+    for parent in [out, *out.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = "is" if parent == out else f"is inside {parent}, which is"
+            raise ValueError(f"--out: {out} {what} a file, not a folder")
+    if resume:
+        return
+    held = [f for f in RUN_FILES if (out / f).exists()]
+    if held and not overwrite:
+        raise ValueError(
+            f"--out: {out} already holds a run ({', '.join(held[:3])}); pass --overwrite to "
+            f"replace it, or --resume {out} to continue it"
+        )
+
+
+def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
+    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+    from .rules import make_rule
+
+    explicit = set() if explicit is None else explicit
+    resume = args.resume is not None
+    if resume:
+        others = sorted(explicit - {"resume", "rounds", "quiet"})
+        if others:
+            flags = ", ".join("--" + k.replace("_", "-") for k in others)
+            raise ValueError(
+                f"--resume continues the run as its config.json says; only --rounds and "
+                f"--quiet may go with it (got {flags})"
+            )
+        _apply_config(args, _read_config(args.resume / "config.json", "--resume"),
+                      explicit, "--resume")  # fmt: skip
+        if not (args.resume / "checkpoint.pkl").is_file():
+            raise ValueError(f"--resume: {args.resume} has no checkpoint.pkl to continue from")
+        args.out = args.resume
+    elif args.config is not None:
+        _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
+    if args.out is None:
+        args.out = Path("runs") / f"{args.rule}-s{args.seed}"
     rule_name = args.rule
     out: Path = args.out
     _check_args(args)
+    from .simulate import _client_momentum
+
+    rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))  # a bad --rule-arg
+    _client_momentum(args.momentum, rule.local, rule.name)  # --momentum against the rule's
+    _check_out(out, overwrite=args.overwrite, resume=resume)
     data, model = _make_experiment(args)
+    if args.overwrite:
+        for f in RUN_FILES:
+            (out / f).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    config = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k not in ("overwrite", "resume", "config", "command")
+    }
     config["rule"] = rule_name
     config["rule_arg"] = dict(args.rule_arg)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tmp = out / ".config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    tmp.replace(out / "config.json")
     print(
         f"{data.name}: {data.num_clients} clients, {int(data.num_train_samples.sum())} train / "
         f"{int(data.num_test_samples.sum())} test samples; model {model!r}",
         file=sys.stderr,
     )
     t0 = time.perf_counter()
-    h = _run_one(args, data, model, rule_name, args.clients_per_round, args.seed, out, "")
+    h = _run_one(
+        args, data, model, rule_name, args.clients_per_round, args.seed, out, "", resume=resume
+    )
     summary = h.summary()
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_client_csv(out / "clients.csv", data, h)
@@ -706,7 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     command = {
-        "run": _cmd_run,
+        "run": lambda a: _cmd_run(a, _explicit(argv if argv is not None else sys.argv[1:])),
         "compare": _cmd_compare,
         "rules": _cmd_rules,
         "vectors": _cmd_vectors,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import numpy as np
 import pytest
 
 from fairagg import RULES, History
@@ -138,3 +144,162 @@ def test_run_fedfa_takes_its_client_momentum_from_the_rule(tmp_path, capsys):
     assert main([*argv, "--momentum", "0.2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("fairagg: error:") and "contradicts rule 'fedfa'" in err[-1]
+
+
+# ------------------------------------------------- safe folders, resume, saved configurations
+SMALL3 = [*SMALL, "--clients-per-round", "3"]
+
+
+def _same_run(a, b) -> None:
+    """Bitwise equal parameters and metrics (timings differ), and the same rounds.csv rows
+    but for its timing columns."""
+    ha, hb = History.load(a / "history.npz"), History.load(b / "history.npz")
+    for k in ("round", "selected", "weights", "eval_round", "test_accuracy", "train_loss"):
+        assert np.array_equal(getattr(ha, k), getattr(hb, k)), k
+    assert np.array_equal(ha.final_params, hb.final_params)
+
+    def rows(p):
+        with open(p / "rounds.csv") as fh:
+            return [r[:7] for r in csv.reader(fh)]
+
+    assert rows(a) == rows(b)
+
+
+def _rows_with_times(folder):
+    with open(folder / "rounds.csv") as fh:
+        return list(csv.reader(fh))
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_run_killed_with_sigkill_resumes_bitwise(tmp_path, capsys):
+    # slow enough rounds (the MLP, 10 epochs) that the run is killed with rounds to go
+    argv = ["--clients", "8", "--clients-per-round", "3", "--epochs", "10", "--quiet",
+            "--data", "synthetic:0.5,0.5", "--rule", "qfedavg"]  # fmt: skip
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fairagg", "run", *argv, "--rounds", "400", "--out", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if (killed / "rounds.csv").exists():
+                with open(killed / "rounds.csv") as fh:
+                    if sum(1 for _ in fh) > 6:
+                        break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed, not finished
+    from fairagg.simulate import load_checkpoint
+
+    saved = load_checkpoint(killed / "checkpoint.pkl")["round"]
+    assert 0 <= saved < 400
+    before = _rows_with_times(killed)[: saved + 1]
+    assert main(["run", "--resume", str(killed), "--rounds", "12", "--quiet"]) == 0 or saved > 12
+    if saved > 12:  # a checkpoint past 12 rounds: resume to more rounds than it holds instead
+        assert main(["run", "--resume", str(killed), "--rounds", str(saved + 3)]) == 0
+    rounds = History.load(killed / "history.npz").num_rounds
+    whole = tmp_path / "whole"
+    assert main(["run", *argv, "--rounds", str(rounds), "--out", str(whole)]) == 0
+    _same_run(killed, whole)
+    # continued, not recomputed: the rounds up to the checkpoint keep their own timings
+    assert _rows_with_times(killed)[: saved + 1] == before
+    assert json.loads((killed / "config.json").read_text())["rounds"] == rounds
+    capsys.readouterr()
+
+
+def test_a_run_interrupted_and_resumed_to_more_rounds_is_bitwise(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", *SMALL3, "--out", str(a)]) == 0  # 3 rounds
+    before = _rows_with_times(a)
+    assert main(["run", "--resume", str(a), "--rounds", "5", "--quiet"]) == 0
+    assert _rows_with_times(a)[:4] == before  # continued: the first rounds are not rerun
+    assert main(["run", *SMALL3, "--rounds", "5", "--out", str(b)]) == 0
+    _same_run(a, b)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--rule-arg", "foo=1"], "rule 'fedavg' has no hyper-parameter 'foo'"),
+        ([], "already holds a run (config.json"),
+        (["--rounds", "0"], "--rounds"),
+        (["--clients-per-round", "99"], "--clients-per-round"),
+        (["--lr", "0.1", "--resume", "{run}"], "only --rounds and --quiet may go with it"),
+        (["--resume", "{run}/config.json"], "--resume: no such file: {run}/config.json/config"),
+        (["--config", "{run}/nothing.json"], "--config: no such file"),
+        (["--config", "{run}/rounds.csv"], "is not a fairagg config.json"),
+        (["--out", "{run}/config.json"], "is a file, not a folder"),
+        (["--out", "{run}/config.json/deeper"], "which is a file, not a folder"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_change_nothing(tmp_path, capsys, argv, needle):
+    run = tmp_path / "run"
+    assert main(["run", *SMALL3, "--out", str(run)]) == 0
+    before = _snapshot(run)
+    capsys.readouterr()
+    argv = [a.replace("{run}", str(run)) for a in argv]
+    if "--resume" in argv:  # the run's own settings, from its config.json
+        rc = main(["run", *argv])
+    else:
+        out = [] if "--out" in argv else ["--out", str(run)]
+        rc = main(["run", *SMALL3, *out, *argv])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("fairagg: error: "), err
+    assert needle.replace("{run}", str(run)) in err, err
+    assert _snapshot(run) == before  # nothing written, nothing removed
+
+
+def test_overwrite_removes_the_old_run_first(tmp_path, capsys, monkeypatch):
+    simulate_module = sys.modules["fairagg.simulate"]  # fairagg.simulate is the function
+    run = tmp_path / "run"
+    assert main(["run", *SMALL3, "--out", str(run)]) == 0
+    (run / "notes.txt").write_text("mine")
+    # the new run fails after round 1: nothing of the old run may remain beside it
+    real = simulate_module.simulate
+
+    def failing(*args, callback, **kw):
+        def stop(h):
+            callback(h)
+            raise FloatingPointError("diverged (planted)")
+
+        return real(*args, callback=stop, **kw)
+
+    monkeypatch.setattr(simulate_module, "simulate", failing)
+    rc = main(["run", *SMALL3, "--out", str(run), "--overwrite", "--lr", "0.02"])
+    assert rc == 1
+    left = {p.name for p in run.iterdir()}
+    assert "summary.json" not in left and "clients.csv" not in left, left
+    assert (run / "notes.txt").read_text() == "mine"  # not a file of a run: kept
+    assert json.loads((run / "config.json").read_text())["lr"] == 0.02
+    with open(run / "rounds.csv") as fh:
+        assert [r[0] for r in csv.reader(fh)] == ["round", "1"]  # the new run's round only
+    capsys.readouterr()
+
+
+def test_config_reruns_a_saved_run_bitwise_and_flags_override_it(tmp_path, capsys):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert main(["run", *SMALL3, "--rule", "term", "--rule-arg", "tilt=0.5", "--out", str(a)]) == 0
+    assert main(["run", "--config", str(a / "config.json"), "--out", str(b)]) == 0
+    _same_run(a, b)
+    assert main(["run", "--config", str(a / "config.json"), "--out", str(c), "--seed", "4"]) == 0
+    config = json.loads((c / "config.json").read_text())
+    assert config["seed"] == 4 and config["rule"] == "term" and config["rule_arg"] == {"tilt": 0.5}
+    capsys.readouterr()
+
+
+def test_the_default_folder_is_per_rule_and_seed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *SMALL3, "--rule", "fedavg"]) == 0
+    assert main(["run", *SMALL3, "--rule", "fairavg", "--seed", "2"]) == 0
+    assert (tmp_path / "runs" / "fedavg-s0" / "config.json").exists()
+    assert (tmp_path / "runs" / "fairavg-s2" / "config.json").exists()
+    capsys.readouterr()
