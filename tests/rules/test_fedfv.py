@@ -8,6 +8,7 @@ The theorems of the FedFV paper are in tests/rules/test_fedfv_theory.py.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -1040,3 +1041,89 @@ def test_direction_keeps_the_flgo_variants_count():
     losses = np.arange(11.0)
     assert fedfv_direction(D, losses, alpha=0.7).kept.sum() == 8
     assert fedfv_direction(D, losses, alpha=0.7, variant="flgo").kept.sum() == 7
+
+
+def test_keep_count_snap_is_relative_to_the_count_and_at_least_1e9():
+    # x = (m − 1)(1 − α) is snapped down by 1e-9·max(1, x) before the ceiling (module docstring):
+    # 100 + 5e-10 lies within 1e-9·x of 100 (snapped: ⌈x⌉ = 100, keep 1001 − 100), where a snap
+    # of 1e-9/x would not reach it; 1 + 1.5e-9 lies beyond 1e-9·max(1, x) of 1 (⌈x⌉ = 2).
+    assert fedfv_keep_count(1001, 1 - 100.0000000005 / 1000) == 901
+    assert fedfv_keep_count(3, (1 - 1.5e-9) / 2) == 1
+    assert fedfv_keep_count(1001, 1 - 100.0000000005 / 1000, "flgo") == 900  # literal: no snap
+
+
+def test_keep_count_names_alpha_and_variant_exactly():
+    with pytest.raises(ValueError) as info:
+        fedfv_keep_count(5, 1.5)
+    assert str(info.value) == "alpha must be <= 1.0; got 1.5"
+    with pytest.raises(ValueError) as info:
+        fedfv_keep_count(5, 0.5, "x")
+    assert str(info.value) == "variant must be one of 'paper', 'flgo'; got 'x'"
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_a_subnormal_squared_norm_that_counts_is_computed_exactly(method):
+    # ‖δ_1‖² ≈ 2^-1060 is subnormal (14 bits left), yet 2^-1000 of the largest (2^-60), so δ_1
+    # is no zero update and δ_0 is projected onto it with coefficient δ_1·g/‖δ_1‖²: computed
+    # plainly it is off by 1e-6; fedfv_direction scales the updates first. The reference runs on
+    # the updates times 2^500, where every square is normal (the direction is homogeneous).
+    D = np.array([[1.0, 0.3], [-0.7, 1.0]])
+    D[0] *= 2.0**-30
+    D[1] *= 2.0**-530
+    losses = np.array([1.0, 2.0])
+    got = fedfv_direction(D, losses, alpha=0.0, method=method)
+    ref = fedfv_direction(np.ldexp(D, 500), losses, alpha=0.0, method=method)
+    assert got.projections == 2
+    np.testing.assert_allclose(got.direction, np.ldexp(ref.direction, -500), rtol=1e-13)
+
+
+def test_a_direction_beyond_float64_is_one_clear_error_and_no_warning():
+    # nine updates (1.7, 1.7)·1e308 and one (0.5, −1.7)·1e308 in conflict with them: the mean
+    # has length 2.1e308 and the projected ḡ points along the first axis, so g = ḡ ‖mean‖/‖ḡ‖
+    # has a first entry of 2.0e308: the step itself is not representable
+    D = np.array([[1.7, 1.7]] * 9 + [[0.5, -1.7]]) * 1e308
+    for method in ("gram", "vector"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an overflow is the error below, not a warning
+            with pytest.raises(ValueError) as info:
+                fedfv_direction(D, np.arange(10.0), alpha=0.0, method=method)
+        assert str(info.value) == (
+            "deltas are too large: the FedFV step (as long as the mean update) has entries "
+            "beyond float64's range (about 1.8e308)"
+        )
+
+
+@pytest.mark.parametrize("k", [-1000, -540, 540, 1020])
+def test_updates_out_of_the_squares_range_warn_nothing(k):
+    # the first, plain attempt over- or underflows its squares and is redone on scaled updates:
+    # nothing of that may reach the user as a RuntimeWarning (the reference: the same updates
+    # times 2^-k, exactly, all squares in range)
+    D = np.ldexp(np.array([[1.0, 0.5], [-0.8, 0.3], [0.2, -1.0]]), k)
+    for method in ("gram", "vector"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            res = fedfv_direction(D, [0.3, 0.1, 0.2], alpha=0.0, method=method)
+        ref = fedfv_direction(np.ldexp(D, -k), [0.3, 0.1, 0.2], alpha=0.0, method=method)
+        np.testing.assert_allclose(np.ldexp(res.direction, -k), ref.direction, rtol=1e-14)
+
+
+def test_two_old_updates_of_one_round_are_two_conflicts_and_one_projection():
+    # Alg. 3 projects ḡ once per round of the window, onto the sum of its conflicting updates:
+    # ḡ = (1, 0); old h₁ = (−1, −1), h₂ = (−1, 0.5), both from round 1, both h·ḡ = −1 < 0
+    D = np.array([[1.0, 0.0]])
+    hist = FedFVHistory(np.array([[-1.0, -1.0], [-1.0, 0.5]]), np.array([1, 1]), np.array([3, 4]))
+    for method in ("gram", "vector"):
+        res = fedfv_direction(D, [1.0], round_index=2, history=hist, tau=1, method=method,
+                              rescale=False)  # fmt: skip
+        assert (res.external_conflicts, res.external_projections) == (2, 1)
+        g_con = np.array([-2.0, -0.5])
+        assert_close(res.direction, D[0] - (D[0] @ g_con) / (g_con @ g_con) * g_con)
+
+
+def test_a_cancelled_direction_leaves_no_conflict_counted():
+    # δ and −δ project each other to 0: ḡ = 0, g = 0, and nothing remains in conflict with it
+    D = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    for method in ("gram", "vector"):
+        res = fedfv_direction(D, [1.0, 2.0], alpha=0.0, method=method)
+        assert np.array_equal(res.direction, np.zeros(2))
+        assert res.conflicts_remaining == 0 and isinstance(res.conflicts_remaining, int)
