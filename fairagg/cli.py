@@ -365,6 +365,14 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, ok, want in checks:
         if not ok:
             raise ValueError(f"{flag} must be {want}")
+    for flag, values in (
+        ("--rules", getattr(args, "rules", None)),
+        ("--seeds", getattr(args, "seeds", None)),
+        ("--clients-per-round", kpr if isinstance(args.clients_per_round, list) else None),
+    ):
+        twice = sorted({str(v) for v in values or () if list(values).count(v) > 1})
+        if twice:
+            raise ValueError(f"{flag} lists {', '.join(twice)} more than once")
     rules = getattr(args, "rules", None) or [getattr(args, "rule", None)]
     for name in rules:
         if name in RULES and RULES[name].full_participation and any(k != args.clients for k in kpr):
@@ -394,17 +402,36 @@ def _make_experiment(args: argparse.Namespace):
     return data, model
 
 
+#: rounds.csv: accuracies in percent (the average weighted by the clients' test samples, the
+#: client mean unweighted), the variance in %², the training loss weighted by train samples.
 _ROUNDS_HEADER = [
     "round",
-    "mean_test_accuracy",
-    "client_mean",
-    "worst_10",
-    "best_10",
-    "variance",
-    "mean_train_loss",
+    "average_pct",
+    "client_mean_pct",
+    "worst_10_pct",
+    "best_10_pct",
+    "variance_pct2",
+    "train_loss_weighted",
     "time_local_s",
     "time_aggregate_s",
 ]
+#: The unit of each key of :func:`fairagg.metrics.fairness_summary`, as printed.
+SUMMARY_UNITS = {
+    "average": "% (weighted by test samples)",
+    "client_mean": "% (unweighted)",
+    "worst_10": "%",
+    "best_10": "%",
+    "worst_20": "%",
+    "best_20": "%",
+    "min": "%",
+    "max": "%",
+    "variance": "%² (unweighted)",
+    "std": "% (unweighted)",
+    "angle": "degrees",
+    "kl": "nats",
+    "entropy": "nats",
+    "gini": "fraction in [0, 1)",
+}
 
 
 def _rounds_csv(path: Path, keep: int | None) -> Any:
@@ -515,9 +542,9 @@ def _write_client_csv(path: Path, data, h) -> None:
                 "client",
                 "n_train",
                 "n_test",
-                "test_accuracy",
+                "test_accuracy_pct",
                 "test_loss",
-                "train_accuracy",
+                "train_accuracy_pct",
                 "train_loss",
             ]
         )
@@ -527,9 +554,9 @@ def _write_client_csv(path: Path, data, h) -> None:
                     k,
                     int(h.num_train_samples[k]),
                     int(h.num_test_samples[k]),
-                    f"{h.test_accuracy[-1][k]:.6f}",
+                    f"{100.0 * h.test_accuracy[-1][k]:.4f}",
                     f"{h.test_loss[-1][k]:.6f}",
-                    f"{h.train_accuracy[-1][k]:.6f}",
+                    f"{100.0 * h.train_accuracy[-1][k]:.4f}",
                     f"{h.train_loss[-1][k]:.6f}",
                 ]
             )
@@ -624,6 +651,16 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
         _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
     if args.out is None:
         args.out = Path("runs") / f"{args.rule}-s{args.seed}"
+    if (
+        RULES[args.rule].full_participation
+        and "clients_per_round" not in explicit
+        and args.clients_per_round != args.clients
+    ):
+        print(
+            f"{args.rule} takes every client in every round: --clients-per-round {args.clients}",
+            file=sys.stderr,
+        )
+        args.clients_per_round = args.clients
     rule_name = args.rule
     out: Path = args.out
     _check_args(args)
@@ -662,12 +699,12 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     plot_curves({rule_name: h}, out / "curves.png")
     plot_accuracy_distribution({rule_name: h}, out / "accuracy_distribution.png")
     plot_acf({rule_name: h}, out / "acf.png")
-    rows = [[k, _fmt(v, ".4f")] for k, v in summary.items()]
+    rows = [[k, _fmt(v, ".4f"), SUMMARY_UNITS.get(k, "")] for k, v in summary.items()]
     print(
-        f"\n{rule_name} after {h.num_rounds} rounds ({time.perf_counter() - t0:.1f} s); "
-        f"accuracies in %, over {data.num_clients} clients' test splits:"
+        f"\n{rule_name} after {h.num_rounds} rounds ({time.perf_counter() - t0:.1f} s), over "
+        f"{data.num_clients} clients' test splits:"
     )
-    print(_table(rows, ["metric", "value"]))
+    print(_table(rows, ["metric", "value", "unit"]))
     print(
         f"\nwrote {out}/: config.json rounds.csv clients.csv summary.json history.npz "
         "curves.png accuracy_distribution.png acf.png"

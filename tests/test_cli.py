@@ -60,7 +60,7 @@ def test_run_writes_every_output(tmp_path, capsys):
     with open(out / "clients.csv") as fh:
         clients = list(csv.DictReader(fh))
     assert len(clients) == 6
-    acc = [float(r["test_accuracy"]) for r in clients]
+    acc = [float(r["test_accuracy_pct"]) / 100 for r in clients]
     n = [int(r["n_test"]) for r in clients]
     assert summary["average"] == pytest.approx(fairness_summary(acc, n)["average"], abs=1e-4)
     with open(out / "rounds.csv") as fh:
@@ -303,3 +303,48 @@ def test_the_default_folder_is_per_rule_and_seed(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "runs" / "fedavg-s0" / "config.json").exists()
     assert (tmp_path / "runs" / "fairavg-s2" / "config.json").exists()
     capsys.readouterr()
+
+
+def test_a_full_participation_rule_runs_with_every_client_by_itself(tmp_path, capsys):
+    assert main(["run", *SMALL, "--rule", "afl", "--out", str(tmp_path / "afl")]) == 0
+    assert "afl takes every client in every round: --clients-per-round 6" in capsys.readouterr().err
+    assert History.load(tmp_path / "afl" / "history.npz").selected.shape == (3, 6)
+    # given explicitly, a smaller K' is still refused
+    rc = main(["run", *SMALL, "--rule", "afl", "--clients-per-round", "3",
+               "--out", str(tmp_path / "afl3")])  # fmt: skip
+    assert rc == 2 and "needs every client every round" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--rules", "fedavg,term,fedavg", "--rules lists fedavg more than once"),
+        ("--seeds", "0,1,0", "--seeds lists 0 more than once"),
+        ("--clients-per-round", "2,2", "--clients-per-round lists 2 more than once"),
+    ],
+)
+def test_compare_refuses_duplicates(tmp_path, capsys, flag, value, message):
+    rc = main(
+        ["compare", *SMALL, "--clients-per-round", "3", flag, value, "--out", str(tmp_path / "c")]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_outputs_say_their_units(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", *SMALL, "--clients-per-round", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "average      " in text and "% (weighted by test samples)" in text
+    assert "% (unweighted)" in text and "%² (unweighted)" in text
+    with open(out / "rounds.csv") as fh:
+        header = next(csv.reader(fh))
+    assert header[:7] == ["round", "average_pct", "client_mean_pct", "worst_10_pct",
+                          "best_10_pct", "variance_pct2", "train_loss_weighted"]  # fmt: skip
+    with open(out / "clients.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    h = History.load(out / "history.npz")
+    assert float(rows[0]["test_accuracy_pct"]) == pytest.approx(
+        100 * h.test_accuracy[-1][0], abs=1e-4
+    )
