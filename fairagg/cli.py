@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -222,7 +224,14 @@ def _build_parser() -> _Parser:
     )
     _add_experiment_args(cmp_)
 
-    sub.add_parser("rules", help="list the registered rules with their paper references")
+    rules_p = sub.add_parser("rules", help="list the registered rules, or describe one")
+    rules_p.add_argument(
+        "rule",
+        nargs="?",
+        choices=list(RULES),
+        metavar="RULE",
+        help="a rule: its hyper-parameters with defaults, ranges, meaning and variants",
+    )
 
     vec = sub.add_parser(
         "vectors",
@@ -781,12 +790,74 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_rules(args: argparse.Namespace) -> int:
-    del args
-    rows = [
-        [s.name, s.paper, s.equations, s.summary, ", ".join(s.needs) or "-"] for s in RULES.values()
+def _doc_parameters(doc: str) -> dict[str, tuple[str, str]]:
+    """``{name: (type, description)}`` from a numpydoc ``Parameters`` section."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    out: dict[str, tuple[str, str]] = {}
+    try:
+        i = lines.index("Parameters") + 2
+    except ValueError:
+        return out
+    names: list[str] = []
+    for line in lines[i:]:
+        if not line.strip():
+            if names and out[names[0]][1]:
+                names = []  # a blank line after a description ends the section's entries
+            continue
+        if not line.startswith(" "):
+            if line.startswith("``") or line.endswith(":") and " : " not in line:
+                break  # prose after the section
+            head, _, kind = line.partition(" : ")
+            names = [n.strip() for n in head.split(",")]  # "alpha, beta : float"
+            for n in names:
+                out[n] = (kind.strip(), "")
+        elif names:
+            for n in names:
+                kind, text = out[n]
+                out[n] = (kind, f"{text} {line.strip()}".strip())
+    return out
+
+
+def _wrap(text: str, indent: str, width: int = 100) -> str:
+    return textwrap.fill(
+        text, width=width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+    )
+
+
+def _describe_rule(name: str) -> str:
+    spec = RULES[name]
+    params = inspect.signature(spec.factory).parameters
+    docs = _doc_parameters(spec.factory.__doc__ or "")
+    first = inspect.cleandoc(spec.factory.__doc__ or "").splitlines()[0]
+    who = "every client, every round" if spec.full_participation else "any clients per round"
+    lines = [
+        _wrap(f"{name}: {spec.summary}", ""),
+        _wrap(f"{spec.paper}, {spec.equations}. {first}", "  "),
+        f"  reports: {', '.join(('deltas', 'num_samples', *spec.needs))}; clients: {who}",
+        "",
+        "hyper-parameters (--rule-arg NAME=VALUE):",
     ]
-    print(_table(rows, ["rule", "paper", "equations", "what it computes", "needs"]))
+    for p in params.values():
+        default = "required" if p.default is inspect.Parameter.empty else repr(p.default)
+        kind, text = docs.get(p.name, ("", ""))
+        lines.append(f"  {p.name} = {default}" + (f"    ({kind})" if kind else ""))
+        if text:
+            lines.append(_wrap(text.replace("``", ""), "      "))
+    return "\n".join(lines)
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    if args.rule is not None:
+        print(_describe_rule(args.rule))
+        return 0
+    w_name = max(len(n) for n in RULES) + 2
+    w_paper = max(len(s.paper) for s in RULES.values()) + 2
+    print(f"{'rule':<{w_name}}{'paper':<{w_paper}}equations")
+    for spec in RULES.values():
+        print(f"{spec.name:<{w_name}}{spec.paper:<{w_paper}}{spec.equations}")
+        needs = f" (reports {', '.join(spec.needs)})" if spec.needs else ""
+        print(_wrap(spec.summary + needs, " " * 4))
+    print("\nfairagg rules RULE: a rule's hyper-parameters, defaults, ranges and variants")
     return 0
 
 

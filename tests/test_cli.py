@@ -37,6 +37,30 @@ def test_rules_lists_the_registry(capsys):
     out = capsys.readouterr().out
     for name, spec in RULES.items():
         assert name in out and spec.equations in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_rules_describes_every_hyper_parameter_of_a_rule(rule, capsys):
+    import inspect
+
+    assert main(["rules", rule]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    for name, p in inspect.signature(RULES[rule].factory).parameters.items():
+        default = "required" if p.default is inspect.Parameter.empty else repr(p.default)
+        line = next(x for x in out.splitlines() if x.startswith(f"  {name} = "))
+        assert line.startswith(f"  {name} = {default}"), line
+        # its meaning follows, from the factory's docstring
+        below = out.splitlines()[out.splitlines().index(line) + 1]
+        assert below.startswith("      ") and below.strip(), (name, below)
+
+
+def test_rules_names_the_variants(capsys):
+    assert main(["rules", "fedfv"]) == 0
+    out = capsys.readouterr().out
+    assert "variant = 'paper'" in out and '{"paper", "flgo"}' in out
+    assert "alpha = 0.1" in out and "α ∈ [0, 1]" in out
 
 
 def test_run_writes_every_output(tmp_path, capsys):

@@ -186,6 +186,7 @@ def aaggff_s(
     lipschitz, alpha, beta : float, optional
         L∞ (default 1/K), α (default 4K L∞), β (default 1/(4 L∞)).
     variant : {"paper", "official"}
+        The paper's FTRL objective (default) or the public code's (see above).
     server_lr : float
         η_s ≥ 0.
     backend : {"numpy", "numba", "cuda"}
@@ -284,6 +285,7 @@ def aaggff_d(
     lipschitz : float, optional
         L∞ (default 2 + C, recomputed each round from m unless C is given).
     variant : {"paper", "official"}
+        The paper's doubly-robust estimate (default) or the public code's (see above).
     inclusion_probability : float, optional
         C ∈ (0, 1], the probability that a client is selected, used as the response scale, in
         the doubly-robust estimate, in L∞ = 2 + C and (official) in p¹ = C·1. Default m/K of
@@ -292,6 +294,7 @@ def aaggff_d(
     server_lr : float
         η_s ≥ 0.
     backend : {"numpy", "numba", "cuda"}
+        Backend of the weighted update.
     """
     eta_s = _common(cdf, server_lr, variant, backend)
     official = variant == "official"

@@ -131,6 +131,13 @@ def _eg_rule(name: str, weights_of: Any, hyper: dict[str, Any], backend: str) ->
 def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
     """q-FedAvg's aggregation weights as an EG step: weights ∝ w_i F_i^q (:func:`eg_qffl_weights`).
 
+    Parameters
+    ----------
+    q : float
+        q ≥ 0; q = 0 gives FedAvg's weights ∝ n_k.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the weighted update.
+
     ``info["weights"]`` holds the weights over the selected clients.
     """
     qv = check_real(q, "q", low=0.0)
@@ -140,7 +147,15 @@ def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
 
 
 def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
-    """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i) (:func:`eg_term_weights`)."""
+    """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i) (:func:`eg_term_weights`).
+
+    Parameters
+    ----------
+    tilt : float
+        λ, any real; 0 gives FedAvg's weights ∝ n_k, λ > 0 favours high-loss clients.
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the weighted update.
+    """
     lam = check_real(tilt, "tilt")
     return _eg_rule(
         "term-eg", lambda r: eg_term_weights(r.losses, r.num_samples, lam), {"tilt": lam}, backend
@@ -150,8 +165,14 @@ def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
 def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
     """PropFair's aggregation weights as an EG step: ∝ w_i/(M − F_i) (:func:`eg_propfair_weights`).
 
-    M must exceed every loss the rule sees (``ValueError`` otherwise); raise the default 10 for
-    losses that can exceed it (10 is four times the loss of a uniform 10-class predictor).
+    Parameters
+    ----------
+    M : float
+        M > 0, above every loss the rule sees (``ValueError`` otherwise); raise the default 10
+        for losses that can exceed it (10 is four times the loss of a uniform 10-class
+        predictor).
+    backend : {"numpy", "numba", "cuda"}
+        Backend of the weighted update.
     """
     Mv = check_real(M, "M", low=0.0, low_open=True)
     return _eg_rule(

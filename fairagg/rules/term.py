@@ -113,6 +113,8 @@ def term(
     weighting : {"samples", "uniform"}
         p_k ∝ n_k or uniform (paper variant).
     variant : {"paper", "official"}
+        The paper's batch tilted weights (default), or the public code's running normaliser S
+        (see the module docstring).
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
