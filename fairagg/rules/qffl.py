@@ -34,6 +34,7 @@ and a ValueError where it is not. Only the reported Σ h_k, max F̃^q times the 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,10 +93,13 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
     ``weights`` p_k default to uniform 1/m (pass n_k/n for the paper's sample-size weights); they
     must be non-negative and are normalised to sum to 1. q = 0 gives the weighted mean loss.
 
-    Computed as F*^(q+1) Σ_k p_k (F_k/F*)^(q+1)/(q+1) with F* the largest loss (in log form
-    where F*^(q+1) itself leaves float64's range), so that no power overflows on the way: the
-    value is right wherever it is representable (losses of 1.5e154 with q = 1 give 1.1e308),
-    and a value beyond float64's range is a ValueError.
+    Computed as F*^(q+1) Σ_k p_k (F_k/F*)^(q+1)/(q+1) with F* the largest loss among the
+    clients of positive weight (a client of weight 0 adds nothing, and its loss must not set
+    the scale that the others are divided by), and F*^(q+1) split into a power of two and a
+    factor in float64's range where it leaves that range, so that no power over- or
+    underflows on the way: the value is right to a few ulps wherever it is representable
+    (losses of 1.5e154 with q = 1 give 1.1e308), and a value beyond float64's range is a
+    ValueError.
     """
     F = as_float_array(losses, "losses", ndim=1, dtype=np.float64, allow_int=True, min_size=1)
     if F.min() < 0:
@@ -108,23 +112,27 @@ def qffl_objective(losses: Any, q: float, weights: Any = None) -> float:
         if p.min() < 0 or not p.sum() > 0:
             raise ValueError("weights must be non-negative with a positive sum")
         p = p / p.sum()
-    top = float(F.max())
+    top = float(F[p > 0].max())
     if top == 0.0:
         return 0.0
     with np.errstate(under="ignore"):  # ratios far below 1 vanish next to the top term's 1
-        S = float(p @ ((F / top) ** (qv + 1.0))) / (qv + 1.0)
+        S = float(p @ ((np.minimum(F, top) / top) ** (qv + 1.0))) / (qv + 1.0)
     with np.errstate(over="ignore", under="ignore"):
         top_q = float(np.float64(top) ** (qv + 1.0))
     if math.isfinite(top_q) and top_q >= np.finfo(np.float64).tiny:
         value = S * top_q
-    else:  # top^(q+1) leaves float64's range: f_q = 2^L with L = (q+1) log2(top) + log2(S)
-        L = (qv + 1.0) * math.log2(top) + math.log2(S) if S > 0 else -math.inf
-        if L >= 1024:
-            value = math.inf
-        elif L < -1080:  # below half the smallest subnormal: rounds to 0
-            value = 0.0
-        else:
-            value = float(np.ldexp(2.0 ** (L - math.floor(L)), math.floor(L)))
+    else:
+        # top^(q+1) leaves float64's range: top^(q+1) = 2^x with x = (q+1) log2 top. With
+        # top = t 2^k (t ∈ [1/2, 1)), x = k (q+1) + (q+1) log2 t: the first part exactly (a
+        # Fraction), the second in float64 (|(q+1) log2 t| ≤ q+1, so its error is a few ulps
+        # of q+1, the conditioning of top^(q+1) in top itself); then 2^x = 2^f 2^n with n the
+        # integer part. A plain log form 2^((q+1) log2 top) loses |x| ulps (up to ~1000).
+        t, k = math.frexp(top)
+        x = Fraction(k) * Fraction(qv + 1.0) + Fraction((qv + 1.0) * math.log2(t))
+        n = math.floor(x)
+        mant = S * 2.0 ** float(x - n)  # S ∈ (0, 1], 2^f ∈ [1, 2)
+        with np.errstate(over="ignore", under="ignore"):
+            value = float(np.ldexp(mant, int(np.clip(n, -4000, 4000))))
     if not math.isfinite(value):
         raise ValueError(
             f"the q-FFL objective overflows float64 (q = {qv}, largest loss {top:.3g}): "

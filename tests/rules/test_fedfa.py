@@ -759,3 +759,62 @@ def test_rule_checks_reports_before_the_values_of_params():
 def test_rule_errors_name_the_argument_and_the_bound(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+# ---------------------------------------------------------------- found by mutation testing
+def _message(fn) -> str:
+    with pytest.raises(ValueError) as info:
+        fn()
+    return str(info.value)
+
+
+def test_information_refuses_bad_input_with_exact_messages():
+    assert _message(lambda: fedfa_information([[0.5]], [1])) == (
+        "accuracies must be 1-dimensional; got shape (1, 1)"
+    )
+    assert _message(lambda: fedfa_information([], [])) == "accuracies must hold at least one client"
+    assert _message(lambda: fedfa_information([-0.1, 0.5], [1, 1])) == (
+        "accuracies must lie in [0, 1]; got -0.1..0.5"
+    )
+    assert _message(lambda: fedfa_information([0.1, 0.5], [0, 1])) == (
+        "participations must be >= 1; got minimum 0"
+    )
+    assert _message(lambda: fedfa_information([0.2, 0.3, 0.4], [1, 1, 1], eps_f=0.4)) == (
+        "eps_f = 0.4 is at least every participation share (largest 0.333): no client has "
+        "positive frequency information; lower eps_f"
+    )
+
+
+def test_alpha_and_beta_are_checked_with_exact_messages():
+    acc, part = [0.5, 0.5], [1, 1]
+    assert _message(lambda: fedfa_weights(acc, part, alpha=-0.5)) == (
+        "alpha must be >= 0.0; got -0.5"
+    )
+    assert _message(lambda: fedfa_weights(acc, part, alpha=0.5, beta=1.5)) == (
+        "beta must be <= 1.0; got 1.5"
+    )
+    assert _message(lambda: fedfa_weights(acc, part, alpha=0.5, beta=-0.5)) == (
+        "beta must be >= 0.0; got -0.5"
+    )
+    assert _message(lambda: fedfa_weights(acc, part, alpha=0.3, beta=0.3)) == (
+        "alpha + beta must equal 1 (eq. 15); got 0.3 + 0.3 = 0.6"
+    )
+
+
+def test_information_takes_integer_accuracies_and_computes_in_float64():
+    info = fedfa_information([0, 1], [1, 2])  # integers: accuracies of 0 and 100 %
+    np.testing.assert_array_equal(info.accuracy_share, [0.0, 1.0])
+    np.testing.assert_array_equal(info.accuracy_part, [1.0, 0.0])
+    info32 = fedfa_information(np.array([0.2, 0.7], np.float32), [1, 2])
+    for name in info32._fields:
+        assert getattr(info32, name).dtype == np.float64, name
+
+
+def test_information_of_one_client_fills_every_field():
+    info = fedfa_information([0.4], [3])
+    np.testing.assert_array_equal(info.accuracy_share, [1.0])
+    np.testing.assert_array_equal(info.frequency_share, [1.0])
+    np.testing.assert_array_equal(info.accuracy_information, [0.0])  # −log(1 + ε_a) floored at 0
+    np.testing.assert_array_equal(info.frequency_information, [-np.log1p(1e-5 - 1.0)])
+    np.testing.assert_array_equal(info.accuracy_part, [1.0])
+    np.testing.assert_array_equal(info.frequency_part, [1.0])

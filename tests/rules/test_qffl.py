@@ -622,3 +622,122 @@ def test_q_step_messages_are_exact(call, message):
     with pytest.raises(ValueError) as info:
         call()
     assert str(info.value) == message
+
+
+# ------------------------------------------- the scaled path, against 60-digit decimals
+def _decimal_q_step(theta, D, F, q, lr, eps, *, sgd):
+    """q-FFL Alg. 1 (q-FedAvg, Δw = L δ) or Alg. 3 (q-FedSGD, Δw = g) in 60-digit decimals,
+    whose exponents have no float64 limits: θ^{t+1}, Σ h_k and the weights F̃_k^q / Σ h_k."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 60
+        L = 1 / Decimal(lr)
+        qd = Decimal(q)
+        dw = [[(Decimal(1) if sgd else L) * Decimal(x) for x in row] for row in D]
+        Ft = [Decimal(f) + Decimal(eps) for f in F]
+        Fq = [f**qd if q else Decimal(1) for f in Ft]
+        h = [
+            (qd * f ** (qd - 1) * sum(x * x for x in row) if q else 0) + L * fq
+            for f, row, fq in zip(Ft, dw, Fq, strict=True)
+        ]
+        hs = sum(h)
+        w = [fq / hs for fq in Fq]
+        params = [
+            Decimal(t) - sum(w[k] * dw[k][j] for k in range(len(dw))) for j, t in enumerate(theta)
+        ]
+        return (
+            np.array([float(p) for p in params]),
+            float(hs),
+            np.array([float(x) for x in w]),
+        )
+
+
+@pytest.mark.parametrize("sgd", [False, True])
+@pytest.mark.parametrize(
+    ("case", "k_updates", "loss_scale", "q", "lr"),
+    [
+        ("updates whose squares overflow", 600, 1.0, 1.0, 0.1),
+        ("updates whose squares underflow", -600, 1.0, 2.0, 0.1),
+        ("losses whose powers underflow", 0, 1e-300, 3.0, 0.1),
+        ("losses whose powers overflow", 0, 1e300, 2.0, 0.1),
+        ("an lr whose inverse is huge", 0, 1.0, 1.5, 1e-300),
+        ("q = 0 with squares that overflow", 600, 1.0, 0.0, 0.1),
+    ],
+)
+def test_the_scaled_step_equals_the_formula_in_decimals(case, k_updates, loss_scale, q, lr, sgd):
+    # the step, Σ h_k and the weights the scaled path returns, each to rounding (h_sum is +inf
+    # where Σ h_k exceeds float64, as documented)
+    rng = np.random.default_rng(0)
+    theta = np.ldexp(rng.standard_normal(3), max(k_updates, 0))
+    D = np.ldexp(rng.standard_normal((4, 3)), k_updates)
+    F = rng.uniform(0.1, 3.0, 4) * loss_scale
+    step = qfedsgd_step if sgd else qfedavg_step
+    got = step(theta, D, F, q, lr)
+    params, h_sum, weights = _decimal_q_step(theta, D, F, q, lr, 1e-10, sgd=sgd)
+    np.testing.assert_allclose(got.params, params, rtol=4e-15, err_msg=case)
+    np.testing.assert_allclose(got.weights, weights, rtol=4e-15, atol=0, err_msg=case)
+    assert got.h_sum == pytest.approx(h_sum, rel=4e-15) or got.h_sum == h_sum == np.inf, case
+
+
+def test_the_objective_ignores_the_loss_of_a_client_of_weight_zero():
+    # the largest loss belongs to a client of weight 0: dividing the others by it flushed
+    # (1e-10 / 1e300)^2 to 0 and returned 0.0 for f_q = 1 · (1e-10)^2 / 2
+    assert qffl_objective([1e300, 1e-10], 1.0, weights=[0, 1]) == pytest.approx(5e-21, rel=1e-15)
+    assert qffl_objective([np.finfo(float).max, 2.0], 3.0, weights=[0.0, 1.0]) == 4.0
+
+
+@pytest.mark.parametrize("q", [0.0, 0.5, 1.0, 2.5, 7.0])
+@pytest.mark.parametrize("exp10", [-250, -120, -40, 0, 40, 120, 150])
+def test_the_objective_equals_decimals_wherever_representable(q, exp10):
+    # F_k = c_k 10^exp10: F*^(q+1) leaves float64's range at most of these, the value often not
+    from decimal import Decimal, localcontext
+
+    rng = np.random.default_rng(abs(exp10) + int(10 * q))
+    F = rng.uniform(0.1, 3.0, 5) * 10.0**exp10
+    w = rng.uniform(0.0, 1.0, 5)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        p = [Decimal(x) / sum(Decimal(y) for y in w) for x in w]
+        exact = sum(pk * Decimal(f) ** Decimal(q + 1.0) for pk, f in zip(p, F, strict=True))
+        exact /= Decimal(q + 1.0)
+    if exact > Decimal(np.finfo(float).max):
+        with pytest.raises(ValueError, match="the q-FFL objective overflows float64"):
+            qffl_objective(F, q, weights=w)
+        return
+    got = qffl_objective(F, q, weights=w)
+    if exact < Decimal(np.finfo(float).tiny):  # subnormal or 0: the nearest such float
+        assert abs(got - float(exact)) <= 2.0**-1074, (got, exact)
+    else:
+        assert got == pytest.approx(float(exact), rel=1e-14, abs=0.0), (got, exact)
+
+
+@pytest.mark.parametrize("step", [qfedavg_step, qfedsgd_step])
+def test_steps_name_the_argument_that_is_wrong(step):
+    name = "deltas" if step is qfedavg_step else "grads"
+    th, D = np.zeros(2), np.array([[1.0, 2.0], [0.5, -1.0]])
+    cases = [
+        (lambda: step([[0.0, 0.0]], D, [1.0, 2.0], 1.0, 0.1),
+         "params must be 1-dimensional; got shape (1, 2)"),
+        (lambda: step(th, np.zeros((0, 2)), [], 1.0, 0.1),
+         f"{name} must have at least 1 entry along its first axis; got shape (0, 2)"),
+        (lambda: step(th, D[0], [1.0], 1.0, 0.1),
+         f"{name} must be 2-dimensional; got shape (2,)"),
+    ]  # fmt: skip
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == message
+
+
+@pytest.mark.parametrize("step", [qfedavg_step, qfedsgd_step])
+def test_integer_and_float32_losses_are_the_float64_values(step):
+    th, D = np.zeros(2), np.array([[1.0, 2.0], [0.5, -1.0]])
+    want = step(th, D, np.array([1.0, 2.0]), 1.5, 0.1)
+    got = step(th, D, [1, 2], 1.5, 0.1)  # integers accepted
+    np.testing.assert_array_equal(got.params, want.params)
+    f32 = np.array([0.1, 0.7], np.float32)
+    a, b = step(th, D, f32, 1.5, 0.1), step(th, D, f32.astype(np.float64), 1.5, 0.1)
+    np.testing.assert_array_equal(a.params, b.params)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    assert a.weights.dtype == np.float64 and a.h_sum == b.h_sum
