@@ -233,6 +233,18 @@ def _build_parser() -> _Parser:
         help="a rule: its hyper-parameters with defaults, ranges, meaning and variants",
     )
 
+    rep = sub.add_parser(
+        "report",
+        help="tables, plots and an HTML page from saved runs, without training",
+        description="Read saved runs (run folders, history files, or a compare folder) and "
+        "write report.html (tables, plots, configurations), report.md, report.csv, curves.png "
+        "and accuracy_distribution.png. Runs that differ only in their seed are one group "
+        "(mean ± std, shaded bands); other groups are put side by side.",
+    )
+    rep.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a run folder or history")
+    rep.add_argument(
+        "--out", type=Path, default=Path("runs/report"), help="output folder (default: %(default)s)"
+    )
     vec = sub.add_parser(
         "vectors",
         help="write golden vectors of every rule and formula (or --check a folder of them)",
@@ -722,7 +734,7 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+    from .plots import plot_acf
 
     out: Path = args.out
     _check_args(args)
@@ -778,15 +790,33 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"{args.rounds} rounds, seed {args.seeds[0]}"
     )
     (out / "table.txt").write_text(caption + "\n" + table + "\n")
-    plot_curves(first, out / "curves.png")
-    plot_accuracy_distribution(first, out / "accuracy_distribution.png")
+    from .report import write_report
+
+    # the curves and distributions over every seed, grouped by rule and K' (fairagg report)
+    write_report(
+        [
+            out / "runs" / f"{rule}-k{kpr}-s{seed}-history.npz"
+            for kpr in args.clients_per_round
+            for seed in args.seeds
+            for rule in args.rules
+        ],
+        out,
+    )  # in the order given: groups appear as the rules do
     plot_acf(first, out / "acf.png")
     print("\n" + caption)
     print(table)
     print(
-        f"\nwrote {out}/: config.json summary.csv table.txt curves.png "
-        "accuracy_distribution.png acf.png runs/"
+        f"\nwrote {out}/: config.json summary.csv table.txt report.html report.md report.csv "
+        "curves.png accuracy_distribution.png acf.png runs/"
     )
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    paths = write_report(args.runs, args.out)
+    print(f"wrote {args.out}/: {' '.join(p.name for p in paths)}")
     return 0
 
 
@@ -974,6 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": _cmd_compare,
         "rules": _cmd_rules,
         "vectors": _cmd_vectors,
+        "report": _cmd_report,
         "check": _cmd_check,
     }[args.command]
     try:

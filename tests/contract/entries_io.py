@@ -516,6 +516,23 @@ def _history_check(kwargs: dict[str, Any], h: Any) -> None:
         ), (key, got)
 
 
+def _report_files() -> tuple[str, ...]:
+    from fairagg.report import REPORT_FILES
+
+    return REPORT_FILES
+
+
+@functools.cache
+def _run_folder() -> Path:
+    """A run folder holding a saved history of one round."""
+    from fairagg.simulate import simulate
+
+    folder = Path(tempfile.mkdtemp(prefix="fairagg-contract-run-"))
+    h = simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1)
+    h.save(folder / "history.npz")
+    return folder
+
+
 @functools.cache
 def _checkpoint_file() -> Path:
     """A checkpoint of a one-round run, written once per process."""
@@ -550,6 +567,14 @@ SIMULATE = {
         subprocess=True,
     ),
     "fairagg.simulate.CHECKPOINT_OVERHEAD": CONSTANT,
+    "fairagg.report.REPORT_FILES": CONSTANT,
+    "fairagg.report.write_report": Entry(
+        valid=lambda draw: {"runs": [str(_run_folder())], "out": tempfile.mkdtemp()},
+        check=lambda k, r: _assert([p.name for p in r] == list(_report_files()), r),
+        deterministic=False,  # writes files
+        examples=1,
+        subprocess=True,
+    ),
     "fairagg.simulate.load_checkpoint": Entry(
         valid=lambda draw: {"checkpoint": str(_checkpoint_file())},
         check=lambda k, r: _assert(r["round"] == 1 and r["history"].num_rounds == 1, r),
