@@ -372,3 +372,32 @@ def test_outputs_say_their_units(tmp_path, capsys):
     assert float(rows[0]["test_accuracy_pct"]) == pytest.approx(
         100 * h.test_accuracy[-1][0], abs=1e-4
     )
+
+
+def test_a_collapsed_run_is_said_to_be_one():
+    from fairagg.cli import _collapse
+
+    h = History({}, [10, 10, 10, 10, 10, 10, 10, 10, 10, 10], [5] * 10)
+    acc = np.linspace(0.0, 0.9, 10)
+    h.record_eval(0, acc, np.ones(10), acc, np.full(10, 2.0), 0.0)
+    h.record_eval(1, acc, np.ones(10), acc, np.full(10, 3.0), 0.0)
+    assert _collapse(h) == [
+        "the worst 10 % of clients end at 0 % accuracy",
+        "the training loss rose from 2 to 3",
+    ]
+    h.record_eval(2, acc + 0.05, np.ones(10), acc, np.full(10, 1.0), 0.0)
+    assert _collapse(h) == []
+
+
+def test_experiment_defaults_are_said_recorded_and_yield_to_the_users(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert main(["run", *SMALL, "--clients-per-round", "3", "--rule", "qfedavg",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert "qfedavg: lipschitz = 1.0 in this experiment" in capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["rule_arg"] == {"qfedavg.lipschitz": 1.0}
+    assert History.load(out / "history.npz").config["rule_hyperparams"]["lipschitz"] == 1.0
+    out2 = tmp_path / "q2"
+    assert main(["run", *SMALL, "--clients-per-round", "3", "--rule", "qfedavg",
+                 "--rule-arg", "lipschitz=5", "--out", str(out2)]) == 0  # fmt: skip
+    assert "lipschitz = 1.0" not in capsys.readouterr().err
+    assert History.load(out2 / "history.npz").config["rule_hyperparams"]["lipschitz"] == 5.0

@@ -802,7 +802,7 @@ def test_alpha_and_beta_are_checked_with_exact_messages():
 
 
 def test_information_takes_integer_accuracies_and_computes_in_float64():
-    info = fedfa_information([0, 1], [1, 2])  # integers: accuracies of 0 and 100 %
+    info = fedfa_information(np.array([0, 1]), [1, 2])  # an integer array: 0 and 100 %
     np.testing.assert_array_equal(info.accuracy_share, [0.0, 1.0])
     np.testing.assert_array_equal(info.accuracy_part, [1.0, 0.0])
     info32 = fedfa_information(np.array([0.2, 0.7], np.float32), [1, 2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -673,7 +674,9 @@ def test_the_scaled_step_equals_the_formula_in_decimals(case, k_updates, loss_sc
     D = np.ldexp(rng.standard_normal((4, 3)), k_updates)
     F = rng.uniform(0.1, 3.0, 4) * loss_scale
     step = qfedsgd_step if sgd else qfedavg_step
-    got = step(theta, D, F, q, lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scaled path's over- and underflows stay inside
+        got = step(theta, D, F, q, lr)
     params, h_sum, weights = _decimal_q_step(theta, D, F, q, lr, 1e-10, sgd=sgd)
     np.testing.assert_allclose(got.params, params, rtol=4e-15, err_msg=case)
     np.testing.assert_allclose(got.weights, weights, rtol=4e-15, atol=0, err_msg=case)
@@ -734,10 +737,20 @@ def test_steps_name_the_argument_that_is_wrong(step):
 def test_integer_and_float32_losses_are_the_float64_values(step):
     th, D = np.zeros(2), np.array([[1.0, 2.0], [0.5, -1.0]])
     want = step(th, D, np.array([1.0, 2.0]), 1.5, 0.1)
-    got = step(th, D, [1, 2], 1.5, 0.1)  # integers accepted
+    got = step(th, D, np.array([1, 2]), 1.5, 0.1)  # an integer array is accepted
     np.testing.assert_array_equal(got.params, want.params)
     f32 = np.array([0.1, 0.7], np.float32)
     a, b = step(th, D, f32, 1.5, 0.1), step(th, D, f32.astype(np.float64), 1.5, 0.1)
     np.testing.assert_array_equal(a.params, b.params)
     np.testing.assert_array_equal(a.weights, b.weights)
     assert a.weights.dtype == np.float64 and a.h_sum == b.h_sum
+
+
+@pytest.mark.parametrize("step", [qfedavg_step, qfedsgd_step])
+def test_float32_params_step_in_float64(step):
+    th32 = np.array([0.1, -0.3], np.float32)
+    D = np.array([[1.0, 2.0], [0.5, -1.0]])
+    got = step(th32, D, [0.4, 0.9], 1.5, 0.1)
+    want = step(th32.astype(np.float64), D, [0.4, 0.9], 1.5, 0.1)
+    assert got.params.dtype == np.float64
+    np.testing.assert_array_equal(got.params, want.params)
