@@ -754,3 +754,28 @@ def test_float32_params_step_in_float64(step):
     want = step(th32.astype(np.float64), D, [0.4, 0.9], 1.5, 0.1)
     assert got.params.dtype == np.float64
     np.testing.assert_array_equal(got.params, want.params)
+
+
+def test_no_floating_point_warning_escapes_at_any_scale():
+    # updates from subnormal to 2^1000, q from 0 to 30, losses from 1e-300 to 1e300, lr from
+    # 1e-300 to 1e300: every step is a result or a ValueError, never a RuntimeWarning from an
+    # intermediate over- or underflow (the code computes those on purpose, then rescales)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in (-1100, -1000, -600, 0, 600, 1000):
+            for q in (0.0, 0.5, 3.0, 30.0):
+                for loss_scale in (1e-300, 1.0, 1e300):
+                    F = rng.uniform(0.0, 3.0, 4) * loss_scale
+                    for lr in (1e-300, 0.1, 1e300):
+                        theta = rng.standard_normal(3)
+                        D = np.ldexp(rng.standard_normal((4, 3)), k)
+                        for step in (qfedavg_step, qfedsgd_step):
+                            try:
+                                step(theta, D, F, q, lr)
+                            except ValueError:
+                                pass
+                    try:
+                        qffl_objective(F, q)
+                    except ValueError:
+                        pass
