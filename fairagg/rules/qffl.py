@@ -204,9 +204,8 @@ def _q_step(
         with np.errstate(over="ignore", invalid="ignore"):
             step = (scale * w) @ D if backend == "numpy" else direction * (scale / denom)
         if np.all(np.isfinite(step)):
-            # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k
-            h_sum = denom * math.exp(log_max) if log_max < 700.0 else math.inf
-            return QStep(_subtract(theta, step), h_sum, w)
+            # Σ h_k = max_j F̃_j^q · Σ_k u_k h_rel_k (+inf only where it exceeds float64)
+            return QStep(_subtract(theta, step), _h_sum(denom, 0, log_max), w)
     # Where a ratio underflowed, u_k in log form keeps the digits its q u_k / F̃_k may need:
     # q (log F̃_k − max_j log F̃_j), exactly 0 for the largest loss at any q (q log F̃_k − log_max
     # would cancel two numbers near 1e308 at a huge q).
@@ -305,12 +304,17 @@ def _q_step_scaled(
             "exceed about 1.8e308"
         )
     w = _ldexp(u / dm, -E)
+    return QStep(_subtract(theta, step), _h_sum(dm, E, log_max), w)
+
+
+def _h_sum(mant: float, exp: int, log_max: float) -> float:
+    """Σ h_k = mant 2^exp · e^log_max (log_max = log max_j F̃_j^q), +inf where it exceeds
+    float64: e^log_max split into e^(log_max − n ln 2) 2^n so that neither factor overflows
+    before the product does."""
     if not math.isfinite(log_max) or log_max > 4000.0:
-        h_sum = math.inf  # Σ h_k ≥ max_j F̃_j^q exceeds float64 (the step above does not)
-    else:
-        n = math.floor(log_max / _LN2)
-        h_sum = float(_ldexp(dm * math.exp(log_max - n * _LN2), E + n))
-    return QStep(_subtract(theta, step), h_sum, w)
+        return math.inf  # Σ h_k ≥ max_j F̃_j^q exceeds float64 (the step does not)
+    n = math.floor(log_max / _LN2)
+    return float(_ldexp(mant * math.exp(log_max - n * _LN2), exp + n))
 
 
 def _scaled_weighted_sum(w: np.ndarray, D: np.ndarray, backend: str) -> np.ndarray:

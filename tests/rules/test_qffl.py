@@ -664,6 +664,10 @@ def _decimal_q_step(theta, D, F, q, lr, eps, *, sgd):
         ("losses whose powers overflow", 0, 1e300, 2.0, 0.1),
         ("an lr whose inverse is huge", 0, 1.0, 1.5, 1e-300),
         ("q = 0 with squares that overflow", 600, 1.0, 0.0, 0.1),
+        # ‖δ_k‖² underflows to 0 while L² ‖δ_k‖² is 1e239: not a zero update
+        ("squares that underflow times a huge L", -600, 1.0, 1.0, 1e-300),
+        # q F̃_k^(q-1) / max F̃^q spans e^-40000..1: the smallest terms vanish, exactly
+        ("losses from 1e-300 to 1e300 at q = 30", 0, "span", 30.0, 0.1),
     ],
 )
 def test_the_scaled_step_equals_the_formula_in_decimals(case, k_updates, loss_scale, q, lr, sgd):
@@ -672,7 +676,8 @@ def test_the_scaled_step_equals_the_formula_in_decimals(case, k_updates, loss_sc
     rng = np.random.default_rng(0)
     theta = np.ldexp(rng.standard_normal(3), max(k_updates, 0))
     D = np.ldexp(rng.standard_normal((4, 3)), k_updates)
-    F = rng.uniform(0.1, 3.0, 4) * loss_scale
+    F = rng.uniform(0.1, 3.0, 4)
+    F = F * (np.array([1e-300, 1e-100, 1e100, 1e300]) if loss_scale == "span" else loss_scale)
     step = qfedsgd_step if sgd else qfedavg_step
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the scaled path's over- and underflows stay inside
@@ -779,3 +784,14 @@ def test_no_floating_point_warning_escapes_at_any_scale():
                         qffl_objective(F, q)
                     except ValueError:
                         pass
+
+
+@pytest.mark.parametrize("step", [qfedavg_step, qfedsgd_step])
+def test_h_sum_is_finite_wherever_it_is_representable(step):
+    # max F̃^q = 2e305 > e^700 on the plain path (every ratio u_k in range): Σ h_k ≈ 3e306 was
+    # reported as +inf
+    D = np.array([[1e-3, 0.0], [0.0, 1e-3]])
+    F = np.array([1e305, 2e305])
+    got = step(np.zeros(2), D, F, 1.0, 0.1)
+    _, h_sum, _ = _decimal_q_step(np.zeros(2), D, F, 1.0, 0.1, 1e-10, sgd=step is qfedsgd_step)
+    assert got.h_sum == pytest.approx(h_sum, rel=1e-13)
