@@ -795,3 +795,38 @@ def test_h_sum_is_finite_wherever_it_is_representable(step):
     got = step(np.zeros(2), D, F, 1.0, 0.1)
     _, h_sum, _ = _decimal_q_step(np.zeros(2), D, F, 1.0, 0.1, 1e-10, sgd=step is qfedsgd_step)
     assert got.h_sum == pytest.approx(h_sum, rel=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("k", "loss_scale", "q", "lr"),
+    [
+        (600, 1.0, 1.0, 0.1),
+        (-600, 1.0, 2.0, 0.1),
+        (0, 1e-300, 3.0, 0.1),
+        (0, 1e100, 2.0, 0.1),
+        (0, 1.0, 1.5, 1e300),
+        (-300, 1.0, 1.0, 1e-300),
+        (500, 1e-100, 2.0, 1e200),
+    ],  # fmt: skip
+)
+def test_the_static_step_equals_decimals_at_every_scale(k, loss_scale, q, lr):
+    # static_step: h_k = L, θ − Σ_k F̃_k^q g_k / (m L), the weights F̃_k^q / (m L) ranging over
+    # 1e-900..1e200 and the gradients over 2^±600 (the plain weighted sum over- or underflows)
+    from decimal import Decimal, localcontext
+
+    rng = np.random.default_rng(k + 1000)
+    theta = np.ldexp(rng.standard_normal(3), max(k, 0))
+    G = np.ldexp(rng.standard_normal((4, 3)), k)
+    F = rng.uniform(0.1, 3.0, 4) * loss_scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = qfedsgd_step(theta, G, F, q, lr, static_step=True)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        L, m = 1 / Decimal(lr), len(F)
+        w = [(Decimal(f) + Decimal(1e-10)) ** Decimal(q) / (m * L) for f in F]
+        want = [
+            float(Decimal(t) - sum(w[i] * Decimal(G[i, j]) for i in range(m)))
+            for j, t in enumerate(theta)
+        ]
+    np.testing.assert_allclose(got.params, want, rtol=4e-15)
