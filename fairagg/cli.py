@@ -624,6 +624,9 @@ RUN_FILES = (
     "curves.png",
     "accuracy_distribution.png",
     "acf.png",
+    "report.html",
+    "report.md",
+    "report.csv",
 )
 #: Entries of a saved config.json that are not settings of the run.
 _NOT_SETTINGS = ("command", "out", "overwrite", "resume", "config", "quiet")
@@ -680,7 +683,7 @@ def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
-    from .plots import plot_accuracy_distribution, plot_acf, plot_curves
+    from .plots import plot_acf
     from .rules import make_rule
 
     explicit = set() if explicit is None else explicit
@@ -749,8 +752,9 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     summary = h.summary()
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_client_csv(out / "clients.csv", data, h)
-    plot_curves({rule_name: h}, out / "curves.png")
-    plot_accuracy_distribution({rule_name: h}, out / "accuracy_distribution.png")
+    from .report import write_report
+
+    write_report([out / "history.npz"], out)  # curves.png, accuracy_distribution.png, report.*
     plot_acf({rule_name: h}, out / "acf.png")
     rows = [[k, _fmt(v, ".4f"), SUMMARY_UNITS.get(k, "")] for k, v in summary.items()]
     print(
@@ -761,8 +765,8 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     for line in _collapse(h):
         print(f"warning: {line}")
     print(
-        f"\nwrote {out}/: config.json rounds.csv clients.csv summary.json history.npz "
-        "curves.png accuracy_distribution.png acf.png"
+        f"\nwrote {out}/: config.json rounds.csv checkpoint.pkl clients.csv summary.json "
+        "history.npz report.html report.md report.csv curves.png accuracy_distribution.png acf.png"
     )
     return 0
 

@@ -7,7 +7,8 @@
   :func:`fairagg.metrics.fairness_summary` (final evaluation) as the mean and the population
   standard deviation over the group's seeds;
 - ``curves.png``: the sample-weighted average, the worst-10 % and the variance of the client
-  accuracies against the round, the mean over seeds with a band of ± one standard deviation;
+  accuracies and the training loss against the round, the mean over seeds with a band of ± one
+  standard deviation;
 - ``accuracy_distribution.png``: the final per-client test accuracies of each group (every
   client of every seed);
 - ``report.md`` (the tables) and ``report.html`` (the tables, the plots embedded and every
@@ -153,7 +154,9 @@ def _curves(h: History) -> dict[str, np.ndarray]:
     """Average (weighted), worst-10 % and variance of the client accuracies per evaluation."""
     rows = [fairness_summary(a, h.num_test_samples) for a in h.test_accuracy]
     keys = ("average", "worst_10", "variance")
-    return {k: np.array([r[k] for r in rows], dtype=float) for k in keys}
+    out = {k: np.array([r[k] for r in rows], dtype=float) for k in keys}
+    out["train_loss"] = h.mean_train_loss()
+    return out
 
 
 def _stats(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -196,11 +199,13 @@ def _plot_curves(groups: list[RunGroup], path: Path) -> None:
     from .plots import _pyplot
 
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    axes = axes.ravel()
     titles = {
-        "average": ("Average accuracy (weighted)", "test accuracy (%)"),
+        "average": ("Average accuracy (weighted by test samples)", "test accuracy (%)"),
         "worst_10": ("Worst 10% of clients", "test accuracy (%)"),
         "variance": ("Variance of client accuracies", "variance (%²)"),
+        "train_loss": ("Training loss (weighted by train samples)", "loss"),
     }
     for g in groups:
         curves = [_curves(h) for h in g.histories]
