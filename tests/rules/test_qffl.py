@@ -768,11 +768,11 @@ def test_no_floating_point_warning_escapes_at_any_scale():
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for k in (-1100, -1000, -600, 0, 600, 1000):
+        for k in (-1100, -1000, -600, -330, 0, 330, 600, 1000):
             for q in (0.0, 0.5, 3.0, 30.0):
                 for loss_scale in (1e-300, 1.0, 1e300):
                     F = rng.uniform(0.0, 3.0, 4) * loss_scale
-                    for lr in (1e-300, 0.1, 1e300):
+                    for lr in (1e-300, 1e-100, 0.1, 1e100, 1e300):
                         theta = rng.standard_normal(3)
                         D = np.ldexp(rng.standard_normal((4, 3)), k)
                         for step in (qfedavg_step, qfedsgd_step):
@@ -830,3 +830,18 @@ def test_the_static_step_equals_decimals_at_every_scale(k, loss_scale, q, lr):
             for j, t in enumerate(theta)
         ]
     np.testing.assert_allclose(got.params, want, rtol=4e-15)
+
+
+def test_squares_that_underflow_to_zero_still_count_where_they_matter():
+    # ‖δ_k‖² ≈ 1e-330 is 0 in float64, yet with F̃_k ≈ 1e-300 (ε = 0) and L = 1e30 the term
+    # q F̃_k^(q-1) L² ‖δ_k‖² ≈ 1e30 is as large as L F̃_k^q / F̃_k: treating the updates as
+    # zero would change the step by a factor near 2
+    rng = np.random.default_rng(3)
+    theta = rng.standard_normal(3) * 1e-165
+    D = rng.standard_normal((3, 3)) * 1e-165
+    F = rng.uniform(0.5, 2.0, 3) * 1e-300
+    got = qfedavg_step(theta, D, F, 1.0, 1e-30, epsilon=0.0)
+    params, h_sum, weights = _decimal_q_step(theta, D, F, 1.0, 1e-30, 0.0, sgd=False)
+    np.testing.assert_allclose(got.params, params, rtol=1e-13)
+    np.testing.assert_allclose(got.weights, weights, rtol=1e-13)
+    assert got.h_sum == pytest.approx(h_sum, rel=1e-13)
