@@ -845,3 +845,12 @@ def test_squares_that_underflow_to_zero_still_count_where_they_matter():
     np.testing.assert_allclose(got.params, params, rtol=1e-13)
     np.testing.assert_allclose(got.weights, weights, rtol=1e-13)
     assert got.h_sum == pytest.approx(h_sum, rel=1e-13)
+
+
+def test_the_static_step_survives_a_partial_sum_that_overflows():
+    # weights F̃ lr / m = 1e308 on gradients (0.95, 0.95, −0.95): the plain sum overflows at
+    # its second term, the result (−9.5e307 after θ − step) does not
+    G = np.array([[0.95], [0.95], [-0.95]])
+    got = qfedsgd_step(np.zeros(1), G, [3e10, 3e10, 3e10], 1.0, 1e298, static_step=True)
+    w = (3e10 + 1e-10) / 3 * 1e298
+    assert got.params[0] == pytest.approx(-w * 0.95, rel=1e-15)
