@@ -220,7 +220,12 @@ def _build_parser() -> _Parser:
         "--out",
         type=Path,
         default=Path("runs/compare"),
-        help="output folder (default: runs/compare)",
+        help="output folder (default: runs/compare); a folder that holds a comparison is refused",
+    )
+    cmp_.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the comparison in --out (its files and runs/ are removed first)",
     )
     _add_experiment_args(cmp_)
 
@@ -668,10 +673,7 @@ def _apply_config(args: argparse.Namespace, config: dict[str, Any], keep: set[st
 
 def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
     """Refuse an output folder that cannot hold this run, before anything is written."""
-    for parent in [out, *out.parents]:
-        if parent.exists() and not parent.is_dir():
-            what = "is" if parent == out else f"is inside {parent}, which is"
-            raise ValueError(f"--out: {out} {what} a file, not a folder")
+    _check_out_path(out)
     if resume:
         return
     held = [f for f in RUN_FILES if (out / f).exists()]
@@ -771,6 +773,53 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     return 0
 
 
+#: What ``fairagg compare`` writes into its folder, besides its runs/ folder.
+COMPARE_FILES = (
+    "config.json",
+    "summary.csv",
+    "table.txt",
+    "acf.png",
+    "report.html",
+    "report.md",
+    "report.csv",
+    "curves.png",
+    "accuracy_distribution.png",
+)
+#: The suffixes of the files of one run in compare's runs/ folder.
+_COMPARE_RUN_SUFFIXES = ("-rounds.csv", "-history.npz", "-checkpoint.pkl")
+
+
+def _check_compare_out(out: Path, *, overwrite: bool) -> None:
+    _check_out_path(out)
+    held = [f for f in COMPARE_FILES if (out / f).exists()]
+    if (out / "runs").is_dir() and any((out / "runs").iterdir()):
+        held.append("runs/")
+    if held and not overwrite:
+        raise ValueError(
+            f"--out: {out} already holds a comparison ({', '.join(held[:3])}); pass "
+            "--overwrite to replace it"
+        )
+
+
+def _remove_compare(out: Path) -> None:
+    """Remove a comparison's own files (and nothing else) before it is replaced."""
+    for f in COMPARE_FILES:
+        (out / f).unlink(missing_ok=True)
+    runs = out / "runs"
+    if runs.is_dir():
+        for f in runs.iterdir():
+            if f.is_file() and f.name.endswith(_COMPARE_RUN_SUFFIXES):
+                f.unlink()
+
+
+def _check_out_path(out: Path) -> None:
+    """--out must be a folder or a path where one can be made (no file on the way)."""
+    for parent in [out, *out.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = "is" if parent == out else f"is inside {parent}, which is"
+            raise ValueError(f"--out: {out} {what} a file, not a folder")
+
+
 def _collapse(h) -> list[str]:
     """Signs that a run collapsed: its worst clients at 0 %, or its training loss risen."""
     out = []
@@ -788,8 +837,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     out: Path = args.out
     _check_args(args)
+    _check_compare_out(out, overwrite=args.overwrite)
     _experiment_rule_args(args, args.rules)
     data, model = _make_experiment(args)
+    if args.overwrite:
+        _remove_compare(out)
     out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     config["rule_arg"] = dict(args.rule_arg)
@@ -945,6 +997,7 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 def _cmd_vectors(args: argparse.Namespace) -> int:
     from . import vectors
 
+    _check_out_path(args.out)
     if args.compare is not None:
         if args.check:
             raise ValueError("--compare and --check are two different checks: give one")

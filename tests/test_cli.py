@@ -401,3 +401,30 @@ def test_experiment_defaults_are_said_recorded_and_yield_to_the_users(tmp_path, 
                  "--rule-arg", "lipschitz=5", "--out", str(out2)]) == 0  # fmt: skip
     assert "lipschitz = 1.0" not in capsys.readouterr().err
     assert History.load(out2 / "history.npz").config["rule_hyperparams"]["lipschitz"] == 5.0
+
+
+def test_compare_refuses_a_folder_holding_a_comparison_and_overwrite_replaces_it(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["compare", *SMALL, "--clients-per-round", "3", "--out", str(out)]
+    assert main([*argv, "--seeds", "0,1"]) == 0
+    before = {p.name: p.stat().st_mtime_ns for p in out.rglob("*")}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds a comparison" in err
+    assert {p.name: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    (out / "mine.txt").write_text("kept")
+    assert main([*argv, "--overwrite"]) == 0  # seed 0 only: seed 1's files must be gone
+    names = {p.name for p in (out / "runs").iterdir()}
+    assert not any("-s1-" in n for n in names), names
+    assert (out / "mine.txt").read_text() == "kept"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", [["vectors"], ["compare", *SMALL, "--clients-per-round", "3"]])
+def test_out_on_a_file_is_one_line(tmp_path, capsys, command):
+    (tmp_path / "f").write_text("x")
+    for out, what in ((tmp_path / "f", "is a file"), (tmp_path / "f" / "x", "which is a file")):
+        assert main([*command, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and what in err, err
