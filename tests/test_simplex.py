@@ -1880,3 +1880,29 @@ def test_the_shapes_are_checked_before_the_finiteness_of_a():
         solve_simplex_qp(A, np.zeros((2, 1)))
     with pytest.raises(ValueError, match=r"^A must have shape \(3, 3\) to match b; got \(2, 2\)$"):
         solve_simplex_qp(A, Z3)
+
+
+@pytest.mark.parametrize("k", [-700, -450, 450, 700])
+def test_min_norm_point_is_the_same_at_every_scale(k):
+    # V 2^k for |k| beyond 400: the Gram matrix of V itself would over- or underflow; the
+    # weights are those of V, the point scales by 2^k, the squared norm and the multiplier by
+    # 2^2k (inf or 0 where that leaves float64: the exact value rounded), and the KKT residual
+    # stays round-off of the scaled problem
+    rng = np.random.default_rng(11)
+    rng.standard_normal((4, 5))
+    V = rng.standard_normal((4, 5))
+    ref = min_norm_point(V, lower=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = min_norm_point(np.ldexp(V, k), lower=0.05)
+    np.testing.assert_allclose(got.weights, ref.weights, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(got.point, np.ldexp(ref.point, k), rtol=1e-9, atol=0)
+    with np.errstate(over="ignore", under="ignore"):
+        for name, got_v, ref_v in [
+            ("norm_sq", got.norm_sq, ref.norm_sq),
+            ("multiplier", got.qp.multiplier, ref.qp.multiplier),
+        ]:
+            want = float(np.ldexp(ref_v, 2 * k))
+            assert got_v == pytest.approx(want, rel=1e-9, abs=1e-300), name
+        scale = float(np.ldexp(np.max(np.sum(V * V, axis=1)), 2 * k))
+    assert 0.0 <= got.qp.kkt_residual <= 1e-12 * scale
