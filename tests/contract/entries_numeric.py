@@ -181,7 +181,9 @@ SIMPLEX = {
         check=_in_box,
     ),
     "fairagg.simplex.min_norm_weights": Entry(
-        valid=lambda draw: {"gram": (v := floats(draw, _md(draw))) @ v.T},
+        # vectors off the origin, as for min_norm_point: at a minimum of 0 the multiplier is
+        # round-off, of no degree
+        valid=lambda draw: {"gram": (v := _off_origin(floats(draw, _md(draw)))) @ v.T},
         check=_in_box,
         scale={"gram": {"x": 0, "multiplier": 1}},
     ),
