@@ -1906,3 +1906,16 @@ def test_min_norm_point_is_the_same_at_every_scale(k):
             assert got_v == pytest.approx(want, rel=1e-9, abs=1e-300), name
         scale = float(np.ldexp(np.max(np.sum(V * V, axis=1)), 2 * k))
     assert 0.0 <= got.qp.kkt_residual <= 1e-12 * scale
+
+
+@pytest.mark.parametrize("total", [0.0, -1.0])
+def test_check_box_refuses_a_total_that_is_not_positive(total):
+    with pytest.raises(ValueError) as info:
+        check_box(0.0, np.inf, 3, total)
+    assert str(info.value) == f"total must be > 0.0; got {total}"
+
+
+def test_check_simplex_point_names_the_type_of_a_bad_name():
+    with pytest.raises(TypeError) as info:
+        check_simplex_point([1.0], 5)
+    assert str(info.value) == "name must be a str; got int"
