@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -485,10 +486,14 @@ def _simulate(**kwargs: Any) -> Any:
             raise _Stop
 
     history = kwargs.get("history")
+    here, there = os.getcwd(), tempfile.mkdtemp()
+    os.chdir(there)  # a checkpoint drawn as a relative path ("text") is written there
     try:
         return simulate(**kwargs, callback=stop)
     except _Stop as exc:
         return exc.history if history is None else history
+    finally:
+        os.chdir(here)
 
 
 @_fails_as_assertion
@@ -570,6 +575,7 @@ SIMULATE = {
     "fairagg.report.REPORT_FILES": CONSTANT,
     "fairagg.report.write_report": Entry(
         valid=lambda draw: {"runs": [str(_run_folder())], "out": tempfile.mkdtemp()},
+        call=lambda **kw: _in_fresh_folder("fairagg.report.write_report")(**kw),  # relative out
         check=lambda k, r: _assert([p.name for p in r] == list(_report_files()), r),
         deterministic=False,  # writes files
         examples=1,
