@@ -418,159 +418,41 @@ def simulate(
     if ckpt_path is not None and ckpt_path.is_dir():
         raise ValueError(f"checkpoint: {ckpt_path} is a folder; name a file in it")
 
-    state = rule.init(theta, K)
-    counts = np.zeros(K, dtype=np.int64)
-    start = 0
+    run = _Run(
+        rule, model, data, local_spec, config, history,
+        train={"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
+               "prox_mu": prox_mu, "parallel": parallel, "propfair": propfair},
+    )  # fmt: skip
     if resume and ckpt_path.exists():
-        saved = load_checkpoint(ckpt_path)
-        changed = sorted(
-            k
-            for k in set(config) | set(saved["config"])
-            if k not in _RESUMABLE and saved["config"].get(k) != config.get(k)
-        )
-        if changed:
-            raise ValueError(
-                f"resume: this run's settings differ from the checkpoint's in "
-                f"{', '.join(changed)} (only rounds may change)"
-            )
-        start = int(saved["round"])
-        if start > T:
-            raise ValueError(f"resume: the checkpoint holds {start} rounds; rounds={T} is fewer")
-        if np.shape(saved["params"]) != theta.shape:
-            raise ValueError("resume: the checkpoint's parameters do not fit this model")
-        theta, state, counts = saved["params"], saved["state"], saved["counts"].copy()
-        old = saved["history"]
-        # the last round of the shorter run was evaluated because it was last: drop it if a
-        # run of T rounds would not evaluate there
-        if start < T and start % eval_every and old._rows["eval_round"]:
-            if int(old._rows["eval_round"][-1]) == start:
-                for k in _EVAL_FIELDS:
-                    old._rows[k].pop()
-        history._rows = old._rows
-        history.final_params = old.final_params
-        history.status = "running"
+        run.restore(load_checkpoint(ckpt_path))
+    else:
+        run.begin(theta)
     history.config.update(config)
     history.num_train_samples, history.num_test_samples = n_train, n_test
 
-    gradients = local_spec.report == "gradients"
-    # One (m, d) buffer, refilled each round: the displacements, or the gradients of SGD rules.
-    deltas = np.empty((m, theta.size), dtype=theta.dtype)
-    if start == 0:
-        history.record_eval(0, *_evaluate(model, theta, data))
-        history.final_params = theta.copy()
-
-    def save(t_done: int) -> float:
+    def save() -> float:
         t0 = time.perf_counter()
-        payload = {
-            "version": _CHECKPOINT_VERSION,
-            "round": t_done,
-            "config": dict(config),
-            "params": theta,
-            "state": state,
-            "counts": counts,
-            "history": {**_history_state(history, t_done), "final_params": final[0]},
-        }
-        _write_checkpoint(ckpt_path, payload)
+        _write_checkpoint(ckpt_path, run.checkpoint())
         return time.perf_counter() - t0
 
-    final = [history.final_params]  # the reported model of the last completed round
     cost, last_save = 0.0, time.perf_counter()
-    if ckpt_path is not None and start == 0:
-        cost = save(0)
+    if ckpt_path is not None and run.done == 0:
+        cost = save()
         last_save = time.perf_counter()
-
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=T, initial=start, desc=rule.name, unit="round", leave=True)
-    done = start
+        bar = tqdm(total=T, initial=run.done, desc=rule.name, unit="round", leave=True)
     try:
-        for t in range(start, T):
-            rng = np.random.default_rng([seed, SAMPLING_STREAM, t])
-            S = sample_clients(K, m, rng, scheme=sampling, num_samples=n_train)
-            counts_t = counts.copy()  # the counts stay those of the last completed round
-            counts_t[S] += 1
-            t0 = time.perf_counter()
-            if gradients:
-                local = client_gradients(
-                    model,
-                    theta,
-                    data,
-                    S,
-                    batch_size=local_spec.gradient_batch_size,
-                    seed=seed,
-                    round_index=t,
-                    out=deltas,
-                )
-            else:
-                local = train_clients(
-                    model,
-                    theta,
-                    data,
-                    S,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    lr=lr,
-                    momentum=momentum,
-                    prox_mu=prox_mu,
-                    seed=seed,
-                    round_index=t,
-                    out=deltas,
-                    parallel=parallel,
-                    propfair_m=propfair[0] or None,
-                    propfair_epsilon=propfair[1],
-                    propfair_huber=propfair[2],
-                )
-            accuracies = local.accuracies
-            if local_spec.accuracy_source == "local":
-                accuracies = trained_accuracies(model, theta, deltas, data, S)
-            t1 = time.perf_counter()
-            # deltas.sum() is a one-pass witness (no (m, d) temporary): any NaN or infinity makes
-            # it non-finite; only then, or on an overflow of the sum, is every entry checked.
-            finite = np.all(np.isfinite(local.losses)) and (
-                np.isfinite(deltas.sum()) or np.all(np.isfinite(deltas))
-            )
-            if not finite:
-                bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
-                what = "gradients" if gradients else "parameters"
-                raise FloatingPointError(
-                    f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
-                    f"non-finite {what} or losses (lower lr, currently {lr})"
-                )
-            reports = RoundReports(
-                None if gradients else deltas,
-                n_train[S],
-                local.losses,
-                accuracies,
-                counts_t[S],
-                S,
-                t,
-                K,
-                deltas if gradients else None,
-                lr,
-            )
-            agg = rule.step(theta, reports, state)
-            t2 = time.perf_counter()
-            # The model the rule reports (AFL: the average of its iterates) is what is evaluated.
-            reported = agg.info.get("model", agg.params)
-            if not (np.all(np.isfinite(agg.params)) and np.all(np.isfinite(reported))):
-                raise FloatingPointError(
-                    f"rule {rule.name!r} produced non-finite parameters in round {t + 1}"
-                )
-            theta, state, counts = agg.params, agg.state, counts_t
-            history.record_round(t + 1, S, agg.info["weights"], local.losses, t1 - t0, t2 - t1)
-            history.final_params = reported  # rules return new arrays; nothing mutates them
-            if (t + 1) % eval_every == 0 or t + 1 == T:
-                history.record_eval(t + 1, *_evaluate(model, reported, data))
-            done, final[0] = t + 1, reported
-            now = time.perf_counter()
+        for t in range(run.done, T):
+            run.round(t)  # sample, train, report, aggregate, record
             if (
                 ckpt_path is not None
-                and done < T  # the last round's is written below, with the status
-                and (now - last_save) * CHECKPOINT_OVERHEAD >= cost
+                and run.done < T  # the last round's is written below, with the status
+                and (time.perf_counter() - last_save) * CHECKPOINT_OVERHEAD >= cost
             ):
-                cost = save(done)
+                cost = save()
                 last_save = time.perf_counter()
             if bar is not None:
                 bar.update(1)
@@ -581,10 +463,8 @@ def simulate(
     except BaseException as exc:
         history.status = f"stopped: {type(exc).__name__}: {exc}"
         if ckpt_path is not None:
-            # the state of the last completed round: an eval of an unfinished round is not in
-            # it (evaluations are recorded after the round they follow)
-            try:
-                save(done)
+            try:  # the state of the last completed round
+                save()
             except Exception as err:  # noqa: BLE001 - keep the original error
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
@@ -597,5 +477,156 @@ def simulate(
             bar.close()
     history.status = "completed"
     if ckpt_path is not None:
-        save(done)
+        save()
     return history
+
+
+class _Run:
+    """The round loop of one simulation. Its state, exactly what a checkpoint holds, is the
+    rounds done, θ^t, the rule's state, the clients' participation counts, the model the rule
+    reported last and the history; everything random in round t is drawn from (seed, t)."""
+
+    def __init__(self, rule, model, data, local_spec, config, history, *, train) -> None:
+        self.rule, self.model, self.data, self.spec = rule, model, data, local_spec
+        self.config, self.history, self.train_args = config, history, train
+        self.K, self.m = config["num_clients"], config["clients_per_round"]
+        self.T, self.seed, self.eval_every = config["rounds"], config["seed"], config["eval_every"]
+        self.n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
+        self.gradients = local_spec.report == "gradients"
+        self.done = 0
+        self.params = self.state = self.counts = self.reported = None
+        self.deltas: np.ndarray | None = None  # one (m, d) buffer, refilled every round
+
+    # --- the state ----------------------------------------------------------------------------
+    def begin(self, theta: np.ndarray) -> None:
+        self.params, self.state = theta, self.rule.init(theta, self.K)
+        self.counts = np.zeros(self.K, dtype=np.int64)
+        self.history.record_eval(0, *_evaluate(self.model, theta, self.data))
+        self.reported = self.history.final_params = theta.copy()
+        self.deltas = np.empty((self.m, theta.size), dtype=theta.dtype)
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        changed = sorted(
+            k
+            for k in set(self.config) | set(saved["config"])
+            if k not in _RESUMABLE and saved["config"].get(k) != self.config.get(k)
+        )
+        if changed:
+            raise ValueError(
+                f"resume: this run's settings differ from the checkpoint's in "
+                f"{', '.join(changed)} (only rounds may change)"
+            )
+        done = int(saved["round"])
+        if done > self.T:
+            raise ValueError(
+                f"resume: the checkpoint holds {done} rounds; rounds={self.T} is fewer"
+            )
+        if np.shape(saved["params"]) != (self.model.num_params,):
+            raise ValueError("resume: the checkpoint's parameters do not fit this model")
+        old = saved["history"]
+        # the last round of the shorter run was evaluated because it was last: drop it if a
+        # run of T rounds would not evaluate there
+        if done < self.T and done % self.eval_every and old._rows["eval_round"]:
+            if int(old._rows["eval_round"][-1]) == done:
+                for k in _EVAL_FIELDS:
+                    old._rows[k].pop()
+        self.done, self.params, self.state = done, saved["params"], saved["state"]
+        self.counts = saved["counts"].copy()
+        self.history._rows, self.history.status = old._rows, "running"
+        self.reported = self.history.final_params = old.final_params
+        self.deltas = np.empty((self.m, self.params.size), dtype=self.params.dtype)
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "version": _CHECKPOINT_VERSION,
+            "round": self.done,
+            "config": dict(self.config),
+            "params": self.params,
+            "state": self.state,
+            "counts": self.counts,
+            "history": {
+                **_history_state(self.history, self.done),
+                "final_params": self.reported,
+            },
+        }
+
+    # --- one round (the papers' Algorithm 1) --------------------------------------------------
+    def round(self, t: int) -> None:
+        S = self.sample(t)
+        counts = self.counts.copy()  # the state keeps the last completed round's counts
+        counts[S] += 1
+        t0 = time.perf_counter()
+        local, accuracies = self.train(S, t)
+        t1 = time.perf_counter()
+        agg = self.aggregate(self.report(S, t, local, accuracies, counts), t)
+        t2 = time.perf_counter()
+        # the model the rule reports (AFL: the average of its iterates) is what is evaluated
+        reported = agg.info.get("model", agg.params)
+        self.record(t, S, agg, local.losses, reported, t1 - t0, t2 - t1)
+        # the state moves to round t + 1 only once the round is recorded (a failure before
+        # leaves the state, and a checkpoint written then, at round t)
+        self.done, self.params, self.state = t + 1, agg.params, agg.state
+        self.counts, self.reported = counts, reported
+
+    def sample(self, t: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, SAMPLING_STREAM, t])
+        return sample_clients(
+            self.K, self.m, rng, scheme=self.config["sampling"], num_samples=self.n_train
+        )
+
+    def train(self, S: np.ndarray, t: int):
+        """Local training (or one gradient) of the clients S from θ^t into ``self.deltas``."""
+        a, spec, theta, deltas = self.train_args, self.spec, self.params, self.deltas
+        if self.gradients:
+            local = client_gradients(
+                self.model, theta, self.data, S, batch_size=spec.gradient_batch_size,
+                seed=self.seed, round_index=t, out=deltas,
+            )  # fmt: skip
+        else:
+            pm, pe, ph = a["propfair"]
+            local = train_clients(
+                self.model, theta, self.data, S, epochs=a["epochs"],
+                batch_size=a["batch_size"], lr=a["lr"], momentum=a["momentum"],
+                prox_mu=a["prox_mu"], seed=self.seed, round_index=t, out=deltas,
+                parallel=a["parallel"], propfair_m=pm or None, propfair_epsilon=pe,
+                propfair_huber=ph,
+            )  # fmt: skip
+        accuracies = local.accuracies
+        if spec.accuracy_source == "local":
+            accuracies = trained_accuracies(self.model, theta, deltas, self.data, S)
+        # deltas.sum() is a one-pass witness (no (m, d) temporary): any NaN or infinity makes it
+        # non-finite; only then, or on an overflow of the sum, is every entry checked.
+        finite = np.all(np.isfinite(local.losses)) and (
+            np.isfinite(deltas.sum()) or np.all(np.isfinite(deltas))
+        )
+        if not finite:
+            bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
+            what = "gradients" if self.gradients else "parameters"
+            raise FloatingPointError(
+                f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
+                f"non-finite {what} or losses (lower lr, currently {a['lr']})"
+            )
+        return local, accuracies
+
+    def report(self, S, t, local, accuracies, counts) -> RoundReports:
+        d = self.deltas
+        return RoundReports(
+            None if self.gradients else d, self.n_train[S], local.losses, accuracies,
+            counts[S], S, t, self.K, d if self.gradients else None, self.train_args["lr"],
+        )  # fmt: skip
+
+    def aggregate(self, reports: RoundReports, t: int):
+        agg = self.rule.step(self.params, reports, self.state)
+        reported = agg.info.get("model", agg.params)
+        if not (np.all(np.isfinite(agg.params)) and np.all(np.isfinite(reported))):
+            raise FloatingPointError(
+                f"rule {self.rule.name!r} produced non-finite parameters in round {t + 1}"
+            )
+        return agg
+
+    def record(self, t, S, agg, losses, reported, time_local, time_aggregate) -> None:
+        h = self.history
+        h.record_round(t + 1, S, agg.info["weights"], losses, time_local, time_aggregate)
+        h.final_params = reported  # rules return new arrays; nothing mutates them
+        if (t + 1) % self.eval_every == 0 or t + 1 == self.T:
+            h.record_eval(t + 1, *_evaluate(self.model, reported, self.data))

@@ -415,3 +415,36 @@ def test_resume_refuses_other_settings(model, data, tmp_path):
     with pytest.raises(ValueError, match="is not a fairagg checkpoint"):
         simulate("fedavg", model, data, rounds=1, clients_per_round=3,
                  checkpoint=tmp_path / "junk", resume=True)  # fmt: skip
+
+
+def test_a_failure_while_recording_a_round_checkpoints_the_round_before(
+    model, data, tmp_path, monkeypatch
+):
+    # the evaluation after round 2 fails: the checkpoint holds round 1's state, consistent
+    # (its θ, rule state, counts and history all of round 1), and resuming ends bitwise as a
+    # run that never failed
+    import sys
+
+    from fairagg.simulate import load_checkpoint
+
+    sim = sys.modules["fairagg.simulate"]  # the module (fairagg.simulate is the function)
+    ckpt = tmp_path / "run.ckpt"
+    kw = {"clients_per_round": 3, "epochs": 1, "seed": 2}
+    whole = simulate("fedfa", model, data, rounds=3, **kw)
+    real, calls = sim._evaluate, [0]
+
+    def failing(*args):
+        calls[0] += 1
+        if calls[0] == 3:  # round 0, round 1, then round 2's evaluation
+            raise RuntimeError("evaluation failed (planted)")
+        return real(*args)
+
+    monkeypatch.setattr(sim, "_evaluate", failing)
+    with pytest.raises(RuntimeError, match="planted"):
+        simulate("fedfa", model, data, rounds=3, checkpoint=ckpt, **kw)
+    monkeypatch.setattr(sim, "_evaluate", real)
+    saved = load_checkpoint(ckpt)
+    assert saved["round"] == 1 and saved["history"].num_rounds == 1
+    assert saved["counts"].sum() == 3  # one round of 3 clients
+    resumed = simulate("fedfa", model, data, rounds=3, checkpoint=ckpt, resume=True, **kw)
+    _same_history(resumed, whole)
