@@ -23,7 +23,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from . import __version__
+from .conformance import ACCEPTABLE
 from .metrics import fairness_summary
+from .report import REPORT_FILES
 from .rules import RULES
 
 __all__ = ["main"]
@@ -328,7 +330,7 @@ def _build_parser() -> _Parser:
         "--accept",
         action="append",
         default=[],
-        choices=("epsilon", "nan-on-zero-update"),
+        choices=tuple(ACCEPTABLE),
         help="a declared difference (repeatable): epsilon (another q-FFL loss offset, fitted "
         "per case) or nan-on-zero-update (NaN where an update is all zero); such cases are "
         "counted as accepted and the check goes on",
@@ -626,12 +628,8 @@ RUN_FILES = (
     "summary.json",
     "history.npz",
     "checkpoint.pkl",
-    "curves.png",
-    "accuracy_distribution.png",
     "acf.png",
-    "report.html",
-    "report.md",
-    "report.csv",
+    *REPORT_FILES,  # the run's own report, curves.png and accuracy_distribution.png among them
 )
 #: Entries of a saved config.json that are not settings of the run.
 _NOT_SETTINGS = ("command", "out", "overwrite", "resume", "config", "quiet")
@@ -702,6 +700,13 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
                       explicit, "--resume")  # fmt: skip
         if not (args.resume / "checkpoint.pkl").is_file():
             raise ValueError(f"--resume: {args.resume} has no checkpoint.pkl to continue from")
+        from .simulate import load_checkpoint
+
+        done = load_checkpoint(args.resume / "checkpoint.pkl")["round"]
+        if args.rounds < done:  # before config.json is rewritten with --rounds
+            raise ValueError(
+                f"--rounds {args.rounds} is fewer than the {done} rounds {args.resume} holds"
+            )
         args.out = args.resume
     elif args.config is not None:
         _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
@@ -774,17 +779,7 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
 
 
 #: What ``fairagg compare`` writes into its folder, besides its runs/ folder.
-COMPARE_FILES = (
-    "config.json",
-    "summary.csv",
-    "table.txt",
-    "acf.png",
-    "report.html",
-    "report.md",
-    "report.csv",
-    "curves.png",
-    "accuracy_distribution.png",
-)
+COMPARE_FILES = ("config.json", "summary.csv", "table.txt", "acf.png", *REPORT_FILES)
 #: The suffixes of the files of one run in compare's runs/ folder.
 _COMPARE_RUN_SUFFIXES = ("-rounds.csv", "-history.npz", "-checkpoint.pkl")
 

@@ -258,6 +258,7 @@ def test_a_run_interrupted_and_resumed_to_more_rounds_is_bitwise(tmp_path, capsy
         (["--clients-per-round", "99"], "--clients-per-round"),
         (["--lr", "0.1", "--resume", "{run}"], "only --rounds and --quiet may go with it"),
         (["--resume", "{run}/config.json"], "--resume: no such file: {run}/config.json/config"),
+        (["--resume", "{run}", "--rounds", "2"], "--rounds 2 is fewer than the 3 rounds"),
         (["--config", "{run}/nothing.json"], "--config: no such file"),
         (["--config", "{run}/rounds.csv"], "is not a fairagg config.json"),
         (["--out", "{run}/config.json"], "is a file, not a folder"),

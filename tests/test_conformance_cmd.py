@@ -99,7 +99,7 @@ def test_a_planted_qfedavg_mistake_is_caught_and_named_through_the_worker(
     worker_dir, capsys, mistake, named
 ):
     rc, out, _ = run_cli(
-        capsys, "qfedavg", "--cmd", cmd(worker_dir, "--mistake", mistake), "--generated", "25"
+        capsys, "qfedavg", "--cmd", cmd(worker_dir, "--mistake", mistake), "--generated", "100"
     )
     assert rc == 1
     assert named in out
@@ -107,10 +107,11 @@ def test_a_planted_qfedavg_mistake_is_caught_and_named_through_the_worker(
 
 def test_a_declared_difference_is_accepted_and_the_rest_checked(worker_dir, capsys):
     worker = cmd(worker_dir, "--mistake", "flgo-epsilon")
-    rc, out, _ = run_cli(capsys, "qfedavg", "--cmd", worker, "--generated", "25")
+    # another ε shows only where losses are near 0: 100 examples reach such a case
+    rc, out, _ = run_cli(capsys, "qfedavg", "--cmd", worker, "--generated", "100")
     assert rc == 1
     rc, out, _ = run_cli(
-        capsys, "qfedavg", "--cmd", worker, "--generated", "25", "--accept", "epsilon"
+        capsys, "qfedavg", "--cmd", worker, "--generated", "100", "--accept", "epsilon"
     )
     assert rc == 0, out
     assert "accepted as declared differences" in out
