@@ -53,7 +53,8 @@ def propfair(
     ----------
     M : float
         The constant M > ε, above every client's loss (the paper's default for its image tasks is
-        5; 10 here leaves room for the losses of a fresh model on 10 classes, log 10 ≈ 2.3).
+        5; 10 here leaves room for the losses of a fresh model on 10 classes: on the default
+        experiment some clients start above 4, and M = 5 stops on one seed in five).
     epsilon : float
         ε > 0, where the surrogate switches to its continuation.
     huber : bool
