@@ -47,7 +47,8 @@ from ._checks import (
     check_real,
 )
 from .models import FlatModel
-from .models._kernels import gradient_clients, sgd_clients_parallel, sgd_clients_serial
+from .models._kernels import gradient_one_client, sgd_one_client
+from .models._parallel import run_tasks
 
 __all__ = [
     "LocalResult",
@@ -198,7 +199,8 @@ def train_clients(
     out : ndarray, shape (m, d), optional
         Preallocated C-contiguous buffer of the dtype of ``params`` that receives the updates.
     parallel : bool
-        Train clients in parallel threads (``prange``); the result is bitwise identical.
+        Train clients in parallel threads, the largest first, each client by one thread
+        (:mod:`fairagg.models._parallel`); the result is bitwise identical to ``False``.
     propfair_m, propfair_epsilon, propfair_huber : float or None, float, bool
         Train on PropFair's surrogate with constant M (> ε), see the module docstring; None
         trains on the loss.
@@ -226,7 +228,6 @@ def train_clients(
         perms[p0s[i] : p0s[i] + order.size] = (order + los[i]).ravel()
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
-    kernel = sgd_clients_parallel if parallel else sgd_clients_serial
     H, act = model._kernel_dims()
     hyper = (
         epochs,
@@ -241,8 +242,20 @@ def train_clients(
         *pf,
     )
     all_rows = np.arange(X.shape[0], dtype=np.int64)
-    kernel(theta, X, y, all_rows, los, his, perms, p0s, hyper, out, losses, accs)
+
+    def client(i: int) -> None:
+        losses[i], accs[i] = sgd_one_client(
+            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, out[i]
+        )
+
+    run_tasks(client, _largest_first(sizes), None if parallel else 1)
     return LocalResult(out, losses, accs, sizes)
+
+
+def _largest_first(sizes: np.ndarray) -> list[int]:
+    """Client positions by decreasing size (ties in position order): the dynamic schedule then
+    ends with the shortest tasks."""
+    return np.argsort(-sizes, kind="stable").tolist()
 
 
 def trained_accuracies(
@@ -349,7 +362,13 @@ def client_gradients(
     H, act = model._kernel_dims()
     dims = (H, model.n_classes, act, float(model.l2))
     all_rows = np.arange(X.shape[0], dtype=np.int64)
-    gradient_clients(theta, X, y, all_rows, los, his, perms, p0s, bsz, dims, out, losses, accs)
+
+    def client(i: int) -> None:
+        losses[i], accs[i] = gradient_one_client(
+            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], bsz, dims, out[i]
+        )
+
+    run_tasks(client, _largest_first(sizes))
     return LocalResult(out, losses, accs, sizes)
 
 

@@ -183,13 +183,28 @@ class History:
         return h
 
 
-def _evaluate(model: FlatModel, theta: np.ndarray, data: Any):
-    t0 = time.perf_counter()
-    test_loss, test_acc = model.evaluate_clients(theta, data.X_test, data.y_test, data.test_offsets)
-    train_loss, train_acc = model.evaluate_clients(
-        theta, data.X_train, data.y_train, data.train_offsets
-    )
-    return test_acc, test_loss, train_acc, train_loss, time.perf_counter() - t0
+class _EvaluationSets:
+    """The test and training splits checked once per dtype of the evaluated model, as
+    ``FlatModel._evaluate_rows`` takes them: the evaluations of a run skip the full scans of
+    ``evaluate_clients``."""
+
+    def __init__(self, model: FlatModel, data: Any) -> None:
+        self.model, self.data, self.sets = model, data, {}
+
+    def evaluate(self, theta: np.ndarray):
+        """Loss and accuracy of θ on every client's test and training rows, and the time taken."""
+        t0 = time.perf_counter()
+        p = np.ascontiguousarray(theta)
+        if p.dtype not in self.sets:
+            d, m = self.data, self.model
+            self.sets[p.dtype] = (
+                m._evaluation_set(d.X_test, d.y_test, d.test_offsets, p.dtype),
+                m._evaluation_set(d.X_train, d.y_train, d.train_offsets, p.dtype),
+            )
+        test, train = self.sets[p.dtype]
+        test_loss, test_acc = self.model._evaluate_rows(p, *test)
+        train_loss, train_acc = self.model._evaluate_rows(p, *train)
+        return test_acc, test_loss, train_acc, train_loss, time.perf_counter() - t0
 
 
 def _client_momentum(momentum: Any, spec: LocalSpec, rule_name: str) -> float:
@@ -496,12 +511,13 @@ class _Run:
         self.done = 0
         self.params = self.state = self.counts = self.reported = None
         self.deltas: np.ndarray | None = None  # one (m, d) buffer, refilled every round
+        self.evaluation = _EvaluationSets(model, data)
 
     # --- the state ----------------------------------------------------------------------------
     def begin(self, theta: np.ndarray) -> None:
         self.params, self.state = theta, self.rule.init(theta, self.K)
         self.counts = np.zeros(self.K, dtype=np.int64)
-        self.history.record_eval(0, *_evaluate(self.model, theta, self.data))
+        self.history.record_eval(0, *self.evaluation.evaluate(theta))
         self.reported = self.history.final_params = theta.copy()
         self.deltas = np.empty((self.m, theta.size), dtype=theta.dtype)
 
@@ -629,4 +645,4 @@ class _Run:
         h.record_round(t + 1, S, agg.info["weights"], losses, time_local, time_aggregate)
         h.final_params = reported  # rules return new arrays; nothing mutates them
         if (t + 1) % self.eval_every == 0 or t + 1 == self.T:
-            h.record_eval(t + 1, *_evaluate(self.model, reported, self.data))
+            h.record_eval(t + 1, *self.evaluation.evaluate(reported))

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
+from ._parallel import run_tasks
 
 __all__ = ["FlatModel", "check_dims", "check_init_args", "l2_penalty"]
 
@@ -169,7 +170,14 @@ class FlatModel:
         accuracies : ndarray of float64, shape (K,)
         """
         p = np.ascontiguousarray(self._check_params(params))
-        Xa = np.ascontiguousarray(self._check_X(X), dtype=p.dtype)
+        return self._evaluate_rows(p, *self._evaluation_set(X, y, offsets, p.dtype))
+
+    def _evaluation_set(
+        self, X: Any, y: Any, offsets: Any, dtype: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`evaluate_clients`' data checked once: ``(X, y, offsets)`` as
+        :meth:`_evaluate_rows` takes them, ``X`` in ``dtype`` (the parameters')."""
+        Xa = np.ascontiguousarray(self._check_X(X), dtype=dtype)
         ya = self._check_y(y, Xa.shape[0])
         off = np.asarray(offsets, dtype=np.int64)
         if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != Xa.shape[0]:
@@ -179,11 +187,63 @@ class FlatModel:
         sizes = np.diff(off)
         if np.any(sizes <= 0):
             raise ValueError("offsets must give every client at least one row")
+        return Xa, ya, off
+
+    def _evaluate_rows(
+        self, p: np.ndarray, X: np.ndarray, y: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`evaluate_clients` on checked input: ``p`` and ``X`` C-contiguous of one dtype,
+        ``y`` int64, ``offsets`` int64 from 0 to len(X) with every client owning a row.
+
+        The rows are cut into blocks of :data:`EVAL_BLOCK`, computed on the threads of
+        :mod:`fairagg.models._parallel` (each block by one thread, so the result does not depend
+        on the thread count); a client's loss is the sum of its rows' losses, in row order, over
+        its size, plus the L2 penalty.
+        """
+        N = X.shape[0]
         H, act = self._kernel_dims()
-        losses = np.empty(off.size - 1, dtype=np.float64)
-        correct = np.empty(off.size - 1, dtype=np.int64)
-        _kernels.evaluate_segments(p, Xa, ya, off, H, self.n_classes, act, self.l2, losses, correct)
-        return losses, correct / sizes
+        C = self.n_classes
+        row_loss = np.empty(N, dtype=np.float64)
+        hit = np.empty(N, dtype=np.int64)
+        starts = range(0, N, EVAL_BLOCK)
+        p_in = X.shape[1]
+        w2 = H * p_in + H if H else 0  # offset of the output layer's weights
+        b2 = w2 + C * (H if H else p_in)
+
+        def block(lo: int) -> None:
+            hi = min(lo + EVAL_BLOCK, N)
+            if H:
+                A = np.empty((hi - lo, H), dtype=p.dtype)
+                _kernels.dense_rows(p, 0, H * p_in, X, lo, hi, A)
+                if act == _kernels.ACT_TANH:
+                    np.tanh(A, out=A)
+                else:
+                    np.maximum(A, 0.0, out=A)
+                Z = np.empty((hi - lo, C), dtype=p.dtype)
+                _kernels.dense_rows(p, w2, b2, A, 0, hi - lo, Z)
+            else:
+                Z = np.empty((hi - lo, C), dtype=p.dtype)
+                _kernels.dense_rows(p, 0, b2, X, lo, hi, Z)
+            zy = np.empty(hi - lo, dtype=p.dtype)
+            _kernels.shift_rows(Z, y, lo, zy, hit[lo:hi])
+            np.exp(Z, out=Z)
+            s = np.empty(hi - lo, dtype=p.dtype)
+            _kernels.row_sums(Z, s)
+            np.log(s, out=s)
+            np.subtract(s, zy, out=row_loss[lo:hi], casting="unsafe")
+
+        run_tasks(block, starts)
+        first = offsets[:-1]
+        sizes = np.diff(offsets)
+        weights = [p[: H * p_in], p[w2:b2]] if H else [p[:b2]]
+        penalty = l2_penalty(self.l2, *(w.astype(np.float64) for w in weights))
+        losses = np.add.reduceat(row_loss, first) / sizes + penalty
+        return losses, np.add.reduceat(hit, first) / sizes
+
+
+#: Rows per evaluation block: large enough that the Python calls of a block cost little per row,
+#: small enough that a block's logits stay in cache and the rows split between threads.
+EVAL_BLOCK = 2048
 
 
 #: The most parameters a model may have (2^40 float64 are 8 TiB): a product of dimensions beyond

@@ -22,7 +22,7 @@ named 'models'" (delete ``models/__pycache__`` if it ever does).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 ACT_TANH = 0
 ACT_RELU = 1
@@ -177,34 +177,71 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
     return loss / nb + 0.5 * l2 * reg, correct
 
 
-@njit(cache=True, parallel=True)
-def evaluate_segments(params, X, y, offsets, n_hidden, n_classes, act, l2, losses, correct):
-    """Write each client's mean loss and correct count; client k owns rows
-    ``offsets[k]:offsets[k+1]``."""
-    K = offsets.size - 1
-    rows = np.arange(X.shape[0])
-    no_grad = np.empty(0, dtype=params.dtype)
-    for k in prange(K):
-        lo = offsets[k]
-        hi = offsets[k + 1]
-        if hi > lo:
-            work = np.empty(work_size(n_hidden, n_classes), dtype=params.dtype)
-            lk, ck = batch_loss_grad(
-                params, X, y, rows, lo, hi, n_hidden, n_classes, act, l2, no_grad, work
-            )
-            losses[k] = lk
-            correct[k] = ck
-        else:
-            losses[k] = 0.0
-            correct[k] = 0
+# --- evaluation in blocks of rows (FlatModel._evaluate_rows drives them) ---------------------
+# A block's logits come from dense_rows (the same dot products as training), the exponentials
+# from NumPy's vectorised np.exp over the whole block: per-row scalar exp calls were most of the
+# time of an evaluation.
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def dense_rows(params, w_ofs, b_ofs, X, lo, hi, out):
+    """``out[i - lo] = W X[i] + b`` for the rows ``lo:hi`` of ``X``, with W (n_out, n_in) at
+    ``params[w_ofs:]`` and b at ``params[b_ofs:]`` (n_in = X.shape[1], n_out = out.shape[1]).
+
+    Each dot product is summed from 0 and the bias added last: started from the bias (as
+    ``_dense_forward`` does), LLVM kept the sum in one scalar chain, 4× slower here."""
+    n_in = X.shape[1]
+    n_out = out.shape[1]
+    W = params[w_ofs : w_ofs + n_in * n_out].reshape((n_out, n_in))
+    b = params[b_ofs : b_ofs + n_out]
+    for i in range(lo, hi):
+        x = X[i]
+        for o in range(n_out):
+            w = W[o]
+            acc = 0.0
+            for j in range(n_in):
+                acc += x[j] * w[j]
+            out[i - lo, o] = acc + b[o]
+
+
+@njit(cache=True, nogil=True)
+def shift_rows(Z, y, lo, zy, hit):
+    """Subtract each row's maximum from the logits ``Z`` (row i is sample ``lo + i``); write the
+    shifted logit of the label into ``zy`` and whether the argmax (first index on ties, as
+    ``np.argmax``) is the label into ``hit``."""
+    n, C = Z.shape
+    for i in range(n):
+        zmax = Z[i, 0]
+        arg = 0
+        for c in range(1, C):
+            if Z[i, c] > zmax:
+                zmax = Z[i, c]
+                arg = c
+        label = y[lo + i]
+        hit[i] = arg == label
+        for c in range(C):
+            Z[i, c] -= zmax
+        zy[i] = Z[i, label]
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def row_sums(E, out):
+    """``out[i] = Σ_c E[i, c]`` (the softmax denominators of a block)."""
+    n, C = E.shape
+    for i in range(n):
+        acc = 0.0
+        for c in range(C):
+            acc += E[i, c]
+        out[i] = acc
 
 
 # --- local SGD (fairagg.local wraps these) ---------------------------------------------------
 # They live beside the kernel they call: Numba's on-disk cache is invalidated per source file,
-# so a caller in another file would keep running a stale copy of an edited kernel.
+# so a caller in another file would keep running a stale copy of an edited kernel. They release
+# the GIL: models._parallel runs one client per call on its threads.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sgd_one_client(theta, X, y, all_rows, lo, hi, perm, p0, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
     ``delta`` and returns (F_k(theta), training accuracy of theta).
@@ -253,29 +290,10 @@ def sgd_one_client(theta, X, y, all_rows, lo, hi, perm, p0, hyper, delta):
     return loss0, correct0 / n
 
 
-@njit(cache=True)
-def sgd_clients_serial(theta, X, y, all_rows, los, his, perms, p0s, hyper, deltas, losses, accs):
-    """Train clients one after another (``los``, ``his``, ``p0s``: one entry per client)."""
-    for i in range(los.size):
-        losses[i], accs[i] = sgd_one_client(
-            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, deltas[i]
-        )
-
-
-# A separate function, not the one above jitted twice: Numba's cache key ignores ``parallel``.
-@njit(cache=True, parallel=True)
-def sgd_clients_parallel(theta, X, y, all_rows, los, his, perms, p0s, hyper, deltas, losses, accs):
-    """Train clients in parallel threads; bitwise identical to ``sgd_clients_serial``."""
-    for i in prange(los.size):
-        losses[i], accs[i] = sgd_one_client(
-            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, deltas[i]
-        )
-
-
 # --- one gradient per client (the SGD-type rules: q-FedSGD, AFL) -----------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gradient_one_client(theta, X, y, all_rows, lo, hi, perm, p0, bsz, dims, grad):
     """Write ∇F_k(theta) into ``grad``: the full-batch mean gradient over rows ``lo:hi`` when
     ``bsz >= hi - lo``, else the mean over the minibatch ``perm[p0 : p0 + bsz]``. Returns
@@ -291,13 +309,3 @@ def gradient_one_client(theta, X, y, all_rows, lo, hi, perm, p0, bsz, dims, grad
         loss, correct = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work)
         batch_loss_grad(theta, X, y, perm, p0, p0 + bsz, H, C, act, l2, grad, work)
     return loss, correct / n
-
-
-@njit(cache=True, parallel=True)
-def gradient_clients(theta, X, y, all_rows, los, his, perms, p0s, bsz, dims, grads, losses, accs):
-    """One gradient per client, clients in parallel threads (each row of ``grads`` is computed
-    by one thread alone, so the result does not depend on the thread count)."""
-    for i in prange(los.size):
-        losses[i], accs[i] = gradient_one_client(
-            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], bsz, dims, grads[i]
-        )

@@ -431,7 +431,7 @@ def test_a_failure_while_recording_a_round_checkpoints_the_round_before(
     ckpt = tmp_path / "run.ckpt"
     kw = {"clients_per_round": 3, "epochs": 1, "seed": 2}
     whole = simulate("fedfa", model, data, rounds=3, **kw)
-    real, calls = sim._evaluate, [0]
+    real, calls = sim._EvaluationSets.evaluate, [0]
 
     def failing(*args):
         calls[0] += 1
@@ -439,10 +439,10 @@ def test_a_failure_while_recording_a_round_checkpoints_the_round_before(
             raise RuntimeError("evaluation failed (planted)")
         return real(*args)
 
-    monkeypatch.setattr(sim, "_evaluate", failing)
+    monkeypatch.setattr(sim._EvaluationSets, "evaluate", failing)
     with pytest.raises(RuntimeError, match="planted"):
         simulate("fedfa", model, data, rounds=3, checkpoint=ckpt, **kw)
-    monkeypatch.setattr(sim, "_evaluate", real)
+    monkeypatch.setattr(sim._EvaluationSets, "evaluate", real)
     saved = load_checkpoint(ckpt)
     assert saved["round"] == 1 and saved["history"].num_rounds == 1
     assert saved["counts"].sum() == 3  # one round of 3 clients

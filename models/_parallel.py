@@ -1,0 +1,97 @@
+"""How the CPU work of a round is shared between threads: a dynamic schedule of whole tasks.
+
+Each task (one client's local SGD, one client's gradient, one block of evaluated rows) is computed
+from start to end by one thread, with the same kernel as the serial path, so results are bitwise
+independent of the thread count and of which thread took which task. The threads are Python
+threads running Numba kernels compiled with ``nogil=True``; they take the next task from a shared
+counter when they finish one (a dynamic schedule) and wait, when idle, by blocking, never by
+spinning.
+
+Why not Numba's ``prange``: its OpenMP and workqueue layers split a loop into equal static chunks
+and their threads spin at the barrier. When another process holds one of two cores, the thread
+that shares its core finishes last and the spinning one takes time from it: the default
+two-thread round of the benchmark ``validate/bench_e2e.py`` ran at 0.48× the speed of one thread
+beside a busy core, and power-law client sizes (one large client) left the second thread idle.
+With the dynamic schedule, tasks largest first, a slowed thread just takes fewer tasks.
+
+The thread count is Numba's, ``numba.get_num_threads()`` in the calling thread: set it with
+``numba.set_num_threads`` or the ``NUMBA_NUM_THREADS`` environment variable.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+
+__all__ = ["num_threads", "run_tasks"]
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def num_threads() -> int:
+    """Threads the CPU kernels use: Numba's thread count in the calling thread."""
+    return int(numba.get_num_threads())
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            # at most Numba's launch-time maximum; workers beyond the requested count stay idle
+            _pool = ThreadPoolExecutor(
+                max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                thread_name_prefix="fairagg",
+            )
+        return _pool
+
+
+def run_tasks(
+    fn: Callable[[int], object], order: Sequence[int], threads: int | None = None
+) -> None:
+    """Call ``fn(i)`` for every ``i`` of ``order``, each call by one thread.
+
+    Calls start in the order given (put the largest first: a dynamic schedule then ends with small
+    tasks). ``threads`` defaults to :func:`num_threads`; with one thread, or one task, every call
+    runs in the calling thread. The first exception raised by a call is re-raised once every
+    thread has stopped (tasks not yet started are then skipped).
+    """
+    n = len(order)
+    t = min(num_threads() if threads is None else threads, n)
+    if t <= 1:
+        for i in order:
+            fn(i)
+        return
+    lock = threading.Lock()
+    state = {"next": 0, "failed": False}
+
+    def worker() -> None:
+        while True:
+            with lock:
+                k = state["next"]
+                if k >= n or state["failed"]:
+                    return
+                state["next"] = k + 1
+            try:
+                fn(order[k])
+            except BaseException:
+                with lock:
+                    state["failed"] = True
+                raise
+
+    pool = _get_pool()
+    futures = [pool.submit(worker) for _ in range(t - 1)]
+    error: BaseException | None = None
+    try:
+        worker()
+    except BaseException as exc:  # re-raised below, after the other threads stopped
+        error = exc
+    for f in futures:
+        exc = f.exception()
+        if error is None and exc is not None:
+            error = exc
+    if error is not None:
+        raise error

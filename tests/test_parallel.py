@@ -1,0 +1,187 @@
+"""The thread schedule of the CPU kernels (``fairagg.models._parallel``): every task once, errors
+raised, results bitwise independent of the thread count, and a FedAvg trajectory pinned to the
+bits it had before the schedule changed."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+from fairagg import simulate
+from fairagg.data import synthetic
+from fairagg.local import client_gradients, train_clients
+from fairagg.models import MLP, LogisticRegression
+from fairagg.models import _base as model_base
+from fairagg.models._parallel import num_threads, run_tasks
+
+MAX_THREADS = numba.config.NUMBA_NUM_THREADS
+needs_two = pytest.mark.skipif(MAX_THREADS < 2, reason="Numba was started with one thread")
+
+
+def with_threads(n, fn):
+    old = numba.get_num_threads()
+    numba.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        numba.set_num_threads(old)
+
+
+def test_num_threads_follows_numba():
+    assert with_threads(1, num_threads) == 1
+    assert num_threads() == numba.get_num_threads()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_run_tasks_calls_every_task_once(threads):
+    seen = []
+    lock = threading.Lock()
+
+    def fn(i):
+        with lock:
+            seen.append(i)
+
+    order = [5, 3, 9, 0, 1, 7]
+    run_tasks(fn, order, threads)
+    assert sorted(seen) == sorted(order)
+
+
+def test_one_thread_runs_in_order_in_the_calling_thread():
+    seen = []
+    run_tasks(lambda i: seen.append((i, threading.get_ident())), [2, 0, 1], 1)
+    assert seen == [
+        (2, threading.get_ident()),
+        (0, threading.get_ident()),
+        (1, threading.get_ident()),
+    ]
+    seen.clear()
+    with_threads(1, lambda: run_tasks(lambda i: seen.append(threading.get_ident()), [0, 1, 2]))
+    assert set(seen) == {threading.get_ident()}
+
+
+@needs_two
+def test_two_threads_share_the_tasks():
+    gate = threading.Barrier(2, timeout=10)
+    who = {}
+
+    def fn(i):
+        who[i] = threading.get_ident()
+        if i < 2:
+            gate.wait()  # the first two tasks run at once, or the barrier times out
+
+    run_tasks(fn, [0, 1, 2, 3], 2)
+    assert len(set(who.values())) == 2 and sorted(who) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("where", [0, 3])
+def test_run_tasks_raises_the_error_and_stops_starting_tasks(threads, where):
+    started = []
+
+    def fn(i):
+        started.append(i)
+        if i == where:
+            raise ZeroDivisionError(f"task {i}")
+
+    with pytest.raises(ZeroDivisionError, match=f"task {where}"):
+        run_tasks(fn, list(range(50)), threads)
+    assert len(started) < 50
+
+
+# --------------------------------------------------------------------------------------------
+# bitwise independence of the thread count
+# --------------------------------------------------------------------------------------------
+
+DATA = synthetic(1, 1, 30, seed=0)
+MODELS = {
+    "logistic": LogisticRegression(60, 10, l2=1e-3),
+    "tanh": MLP(60, 10, n_hidden=8),
+    "relu": MLP(60, 10, n_hidden=8, activation="relu"),
+}
+
+
+@needs_two
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_evaluation_does_not_depend_on_the_thread_count(name, dtype, monkeypatch):
+    monkeypatch.setattr(model_base, "EVAL_BLOCK", 97)  # many blocks, client rows split across them
+    model = MODELS[name]
+    theta = (model.init_params(1) + 0.05).astype(dtype)
+    X, y, off = DATA.X_train, DATA.y_train, DATA.train_offsets
+
+    def run():
+        return model.evaluate_clients(theta, X, y, off)
+
+    one, two = with_threads(1, run), with_threads(2, run)
+    for a, b in zip(one, two, strict=True):
+        assert np.array_equal(a, b)
+    # and the blocks are a partition: the same as one block over everything, to round-off
+    monkeypatch.setattr(model_base, "EVAL_BLOCK", 1 << 30)
+    whole = run()
+    assert np.array_equal(one[1], whole[1])
+    np.testing.assert_allclose(one[0], whole[0], rtol=1e-5 if dtype == np.float32 else 1e-14)
+
+
+@needs_two
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_gradients_do_not_depend_on_the_thread_count(batch_size):
+    model = MODELS["tanh"]
+    theta = model.init_params(2)
+    S = [4, 17, 0, 29, 8]
+
+    def run():
+        return client_gradients(model, theta, DATA, S, batch_size=batch_size, seed=1, round_index=3)
+
+    one, two = with_threads(1, run), with_threads(2, run)
+    for a, b in zip(one, two, strict=True):
+        assert np.array_equal(a, b)
+
+
+@needs_two
+def test_local_training_does_not_depend_on_the_thread_count():
+    model = MODELS["logistic"]
+    theta = model.init_params(0)
+    S = [4, 17, 0, 29, 8, 3]
+
+    def run():
+        return train_clients(model, theta, DATA, S, epochs=2, batch_size=5, lr=0.05, seed=2)
+
+    one, two = with_threads(1, run), with_threads(2, run)
+    for a, b in zip(one, two, strict=True):
+        assert np.array_equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------
+# the FedAvg trajectory of before the thread schedule changed
+# --------------------------------------------------------------------------------------------
+
+PINNED = np.load(Path(__file__).parent / "data" / "fedavg_trajectory.npz")
+
+
+@pytest.mark.parametrize("threads", [1, MAX_THREADS])
+@pytest.mark.parametrize(
+    "name, model", [("logistic", LogisticRegression(60, 10)), ("mlp", MLP(60, 10, n_hidden=8))]
+)
+def test_fedavg_trajectory_is_pinned(name, model, threads):
+    """θ after each of 8 FedAvg rounds (Synthetic(1,1), 10 of 30 clients, E = 2, B = 10, seed 3),
+    recorded before the round's work moved from prange to models._parallel. Bitwise on the CPU
+    it was recorded on; Numba compiles for the host, so another CPU may reassociate the dot
+    products differently and is held to round-off."""
+    thetas = []
+    with_threads(
+        threads,
+        lambda: simulate(
+            "fedavg", model, DATA, rounds=8, clients_per_round=10, epochs=2, batch_size=10,
+            lr=0.01, seed=3, callback=lambda h: thetas.append(h.final_params.copy()),
+        ),
+    )  # fmt: skip
+    got, want = np.stack(thetas), PINNED[name]
+    if str(PINNED["cpu"]) == llvm.get_host_cpu_name():
+        assert np.array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
