@@ -48,7 +48,7 @@ from ._checks import (
 )
 from .models import FlatModel
 from .models._kernels import gradient_one_client, sgd_one_client
-from .models._parallel import run_tasks
+from .models._parallel import run_tasks, threads_for
 
 __all__ = [
     "LocalResult",
@@ -248,8 +248,16 @@ def train_clients(
             theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, out[i]
         )
 
-    run_tasks(client, _largest_first(sizes), None if parallel else 1)
+    work = 3 * epochs * int(sizes.sum()) * _macs_per_row(model)  # forward and backward
+    run_tasks(client, _largest_first(sizes), threads_for(work) if parallel else 1)
     return LocalResult(out, losses, accs, sizes)
+
+
+def _macs_per_row(model: FlatModel) -> int:
+    """Multiply-adds of one forward pass of ``model`` over one row."""
+    H, _ = model._kernel_dims()
+    p, C = model.n_features, model.n_classes
+    return p * H + H * C if H else p * C
 
 
 def _largest_first(sizes: np.ndarray) -> list[int]:
@@ -368,7 +376,8 @@ def client_gradients(
             theta, X, y, all_rows, los[i], his[i], perms, p0s[i], bsz, dims, out[i]
         )
 
-    run_tasks(client, _largest_first(sizes))
+    work = (int(sizes.sum()) + 2 * int(np.minimum(sizes, bsz).sum())) * _macs_per_row(model)
+    run_tasks(client, _largest_first(sizes), threads_for(work))
     return LocalResult(out, losses, accs, sizes)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from ._parallel import run_tasks
+from ._parallel import run_tasks, threads_for
 
 __all__ = ["FlatModel", "check_dims", "check_init_args", "l2_penalty"]
 
@@ -195,23 +195,30 @@ class FlatModel:
         """:meth:`evaluate_clients` on checked input: ``p`` and ``X`` C-contiguous of one dtype,
         ``y`` int64, ``offsets`` int64 from 0 to len(X) with every client owning a row.
 
-        The rows are cut into blocks of :data:`EVAL_BLOCK`, computed on the threads of
-        :mod:`fairagg.models._parallel` (each block by one thread, so the result does not depend
-        on the thread count); a client's loss is the sum of its rows' losses, in row order, over
-        its size, plus the L2 penalty.
+        The rows are cut into blocks of about :data:`EVAL_BLOCK_MACS` multiply-adds, computed on
+        the threads of :mod:`fairagg.models._parallel` (each block by one thread, so the result
+        does not depend on the thread count), or in the calling thread when the whole evaluation
+        is below ``_parallel.MIN_PARALLEL_MACS``; a client's loss is the sum of its rows' losses, in
+        row order, over its size, plus the L2 penalty.
         """
         N = X.shape[0]
         H, act = self._kernel_dims()
         C = self.n_classes
+        p_in = X.shape[1]
         row_loss = np.empty(N, dtype=np.float64)
         hit = np.empty(N, dtype=np.int64)
-        starts = range(0, N, EVAL_BLOCK)
-        p_in = X.shape[1]
+        macs = (p_in * H + H * C) if H else p_in * C  # per row
+        # equal blocks of a multiple of 4 rows (dense_rows' groups), from the sizes alone: a
+        # row's bits do not depend on the thread count
+        nblk = -(-N * macs // EVAL_BLOCK_MACS)  # ceil(work / EVAL_BLOCK_MACS)
+        per = -(-N // nblk)  # ceil(N / nblk) rows a block ...
+        size = -(-per // 4) * 4  # ... rounded up to a multiple of 4
+        starts = range(0, N, size)
         w2 = H * p_in + H if H else 0  # offset of the output layer's weights
         b2 = w2 + C * (H if H else p_in)
 
         def block(lo: int) -> None:
-            hi = min(lo + EVAL_BLOCK, N)
+            hi = min(lo + size, N)
             if H:
                 A = np.empty((hi - lo, H), dtype=p.dtype)
                 _kernels.dense_rows(p, 0, H * p_in, X, lo, hi, A)
@@ -232,7 +239,7 @@ class FlatModel:
             np.log(s, out=s)
             np.subtract(s, zy, out=row_loss[lo:hi], casting="unsafe")
 
-        run_tasks(block, starts)
+        run_tasks(block, starts, threads_for(N * macs))
         first = offsets[:-1]
         sizes = np.diff(offsets)
         weights = [p[: H * p_in], p[w2:b2]] if H else [p[:b2]]
@@ -241,9 +248,10 @@ class FlatModel:
         return losses, np.add.reduceat(hit, first) / sizes
 
 
-#: Rows per evaluation block: large enough that the Python calls of a block cost little per row,
-#: small enough that a block's logits stay in cache and the rows split between threads.
-EVAL_BLOCK = 2048
+#: Multiply-adds per evaluation block at most (3500 rows of the 60 × 10 logistic model, 940 of the
+#: 60-32-10 MLP): large enough that the Python calls of a block (about 10 µs) cost little, small
+#: enough that a block's activations stay in cache and the rows split evenly between threads.
+EVAL_BLOCK_MACS = 2**21
 
 
 #: The most parameters a model may have (2^40 float64 are 8 TiB): a product of dimensions beyond

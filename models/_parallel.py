@@ -26,10 +26,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 
-__all__ = ["num_threads", "run_tasks"]
+__all__ = ["MIN_PARALLEL_MACS", "num_threads", "run_tasks", "threads_for"]
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+#: Below this many multiply-adds a call runs on the calling thread alone: handing tasks to a
+#: second thread (a wake-up, and the GIL between a task's kernels) costs more than it saves.
+#: Measured break-even on two cores (``validate/bench_e2e.py``): evaluating about 8000 rows of the
+#: 60 × 10 logistic model or 2000 of the 60-32-10 MLP, about 2^22 multiply-adds.
+MIN_PARALLEL_MACS = 2**22
+
+
+def threads_for(macs: int) -> int | None:
+    """The ``threads`` argument of :func:`run_tasks` for a call of ``macs`` multiply-adds: None
+    (every thread) from :data:`MIN_PARALLEL_MACS` on, else 1."""
+    return None if macs >= MIN_PARALLEL_MACS else 1
 
 
 def num_threads() -> int:

@@ -17,7 +17,8 @@ from fairagg.data import synthetic
 from fairagg.local import client_gradients, train_clients
 from fairagg.models import MLP, LogisticRegression
 from fairagg.models import _base as model_base
-from fairagg.models._parallel import num_threads, run_tasks
+from fairagg.models import _parallel as parallel
+from fairagg.models._parallel import num_threads, run_tasks, threads_for
 
 MAX_THREADS = numba.config.NUMBA_NUM_THREADS
 needs_two = pytest.mark.skipif(MAX_THREADS < 2, reason="Numba was started with one thread")
@@ -109,7 +110,9 @@ MODELS = {
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_evaluation_does_not_depend_on_the_thread_count(name, dtype, monkeypatch):
-    monkeypatch.setattr(model_base, "EVAL_BLOCK", 97)  # many blocks, client rows split across them
+    # many blocks, client rows split across them, and on two threads
+    monkeypatch.setattr(model_base, "EVAL_BLOCK_MACS", 97 * 600)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 0)
     model = MODELS[name]
     theta = (model.init_params(1) + 0.05).astype(dtype)
     X, y, off = DATA.X_train, DATA.y_train, DATA.train_offsets
@@ -121,13 +124,25 @@ def test_evaluation_does_not_depend_on_the_thread_count(name, dtype, monkeypatch
     for a, b in zip(one, two, strict=True):
         assert np.array_equal(a, b)
     # and the blocks are a partition: the same as one block over everything, to round-off
-    monkeypatch.setattr(model_base, "EVAL_BLOCK", 1 << 30)
+    monkeypatch.setattr(model_base, "EVAL_BLOCK_MACS", 1 << 40)
     whole = run()
     assert np.array_equal(one[1], whole[1])
     np.testing.assert_allclose(one[0], whole[0], rtol=1e-5 if dtype == np.float32 else 1e-14)
 
 
+@pytest.fixture
+def always_parallel(monkeypatch):
+    """Every call on every thread, however small (the tests' data are far below the threshold)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 0)
+
+
+def test_threads_for_runs_small_work_on_one_thread(monkeypatch):
+    assert threads_for(parallel.MIN_PARALLEL_MACS - 1) == 1
+    assert threads_for(parallel.MIN_PARALLEL_MACS) is None
+
+
 @needs_two
+@pytest.mark.usefixtures("always_parallel")
 @pytest.mark.parametrize("batch_size", [None, 4])
 def test_gradients_do_not_depend_on_the_thread_count(batch_size):
     model = MODELS["tanh"]
@@ -143,6 +158,7 @@ def test_gradients_do_not_depend_on_the_thread_count(batch_size):
 
 
 @needs_two
+@pytest.mark.usefixtures("always_parallel")
 def test_local_training_does_not_depend_on_the_thread_count():
     model = MODELS["logistic"]
     theta = model.init_params(0)
@@ -156,6 +172,32 @@ def test_local_training_does_not_depend_on_the_thread_count():
         assert np.array_equal(a, b)
 
 
+def test_clients_are_scheduled_largest_first(monkeypatch):
+    import fairagg.local as local
+
+    seen = []
+    real = local.run_tasks
+    monkeypatch.setattr(
+        local, "run_tasks", lambda fn, order, t: (seen.append(order), real(fn, order, t))
+    )
+    S = [0, 1, 2, 3, 4, 5]
+    n = DATA.num_train_samples[S]
+    train_clients(
+        MODELS["logistic"],
+        MODELS["logistic"].init_params(0),
+        DATA,
+        S,
+        epochs=1,
+        batch_size=5,
+        lr=0.1,
+    )
+    client_gradients(MODELS["logistic"], MODELS["logistic"].init_params(0), DATA, S)
+    for order in seen:
+        assert sorted(order) == list(range(6))
+        assert list(n[order]) == sorted(n, reverse=True)
+    assert len(seen) == 2
+
+
 # --------------------------------------------------------------------------------------------
 # the FedAvg trajectory of before the thread schedule changed
 # --------------------------------------------------------------------------------------------
@@ -163,6 +205,7 @@ def test_local_training_does_not_depend_on_the_thread_count():
 PINNED = np.load(Path(__file__).parent / "data" / "fedavg_trajectory.npz")
 
 
+@pytest.mark.usefixtures("always_parallel")
 @pytest.mark.parametrize("threads", [1, MAX_THREADS])
 @pytest.mark.parametrize(
     "name, model", [("logistic", LogisticRegression(60, 10)), ("mlp", MLP(60, 10, n_hidden=8))]

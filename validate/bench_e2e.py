@@ -18,8 +18,15 @@ noise: the defaults never lose). A breakdown per round (local training, aggregat
 comes from the runs' own history. The runs are checked to give bitwise the same θ whatever the
 thread count, so the benchmark compares equal computations.
 
+Then the evaluation alone: nanoseconds per evaluated row of ``FlatModel.evaluate_clients``' round
+path (test and training splits, logistic 60 × 10 and the default MLP 60-32-10) on one thread and
+with the defaults, against the single-thread BLAS product of the same rows with the first layer's
+weights (the GEMM the evaluation cannot avoid) measured in the same run; and the share of a round
+the evaluation takes at K = 1000 clients with ``fairagg run``'s settings (MLP, m = 10, E = 20,
+evaluation every round; means over rounds, since power-law sizes make some rounds far longer).
+
 Run: ``python validate/bench_e2e.py [--rounds R] [--repeats N] [--out DIR]``; writes
-``DIR/bench_e2e.{csv,json}`` (default ``runs/bench``).
+``DIR/bench_e2e.{csv,json}`` and ``DIR/bench_e2e_eval.{csv,json}`` (default ``runs/bench``).
 """
 
 from __future__ import annotations
@@ -34,12 +41,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import threads, write_results  # noqa: E402
+from _bench import median_time, threads, write_results  # noqa: E402
 from _output import log  # noqa: E402
 
 from fairagg import simulate  # noqa: E402
 from fairagg.data import federate, partition_iid, synthetic  # noqa: E402
-from fairagg.models import LogisticRegression  # noqa: E402
+from fairagg.models import MLP, LogisticRegression  # noqa: E402
 
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
@@ -113,6 +120,65 @@ def measure(data, rounds: int, repeats: int, busy: bool) -> dict[str, dict]:
     }
 
 
+def evaluation_rows(repeats: int) -> list[dict]:
+    """ns per evaluated row, one thread and default, against the first layer's GEMM."""
+    from threadpoolctl import threadpool_limits
+
+    rows = []
+    for K in (30, 1000):
+        data = synthetic(1, 1, K, seed=0)
+        for model in (LogisticRegression(60, 10), MLP(60, 10, n_hidden=32)):
+            theta = model.init_params(0)
+            sets = [
+                model._evaluation_set(X, y, off, theta.dtype)
+                for X, y, off in (
+                    (data.X_test, data.y_test, data.test_offsets),
+                    (data.X_train, data.y_train, data.train_offsets),
+                )
+            ]
+            n = sum(s[0].shape[0] for s in sets)
+            sl, shape = next(iter(model.layout().values()))  # the first weight block
+            first = theta[sl].reshape(shape)
+
+            def evaluate(theta=theta, sets=sets, model=model):
+                for s in sets:
+                    model._evaluate_rows(theta, *s)
+
+            def gemm(sets=sets, first=first):
+                for s in sets:
+                    s[0] @ first.T
+
+            with threads(1):
+                with threadpool_limits(1):
+                    t = median_time({"eval": evaluate, "gemm": gemm}, repeats, block=3)
+            t_all = median_time({"eval": evaluate}, repeats, block=3)
+            rows.append(
+                {
+                    "clients": K,
+                    "model": type(model).__name__,
+                    "rows": n,
+                    "ns_per_row_1thread": 1e9 * t["eval"] / n,
+                    "ns_per_row_default": 1e9 * t_all["eval"] / n,
+                    "gemm_ns_per_row_1thread": 1e9 * t["gemm"] / n,
+                    "eval_over_gemm_1thread": t["eval"] / t["gemm"],
+                }
+            )
+    return rows
+
+
+def share_at_1000(rounds: int) -> dict:
+    """Evaluation's share of a round at K = 1000 with fairagg run's settings (MLP 60-32-10)."""
+    data = synthetic(1, 1, 1000, seed=0)
+    model = MLP(60, 10, n_hidden=32)
+    kw = dict(clients_per_round=10, epochs=20, batch_size=10, lr=0.01, seed=0)
+    simulate("fedavg", model, data, rounds=1, **kw)
+    h = simulate("fedavg", model, data, rounds=rounds, **kw)
+    local, agg = float(np.mean(h.time_local)), float(np.mean(h.time_aggregate))
+    ev = float(np.mean(h.time_eval[1:]))
+    return {"local_ms": 1e3 * local, "aggregate_ms": 1e3 * agg, "eval_ms": 1e3 * ev,
+            "eval_share": ev / (local + agg + ev)}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
@@ -169,7 +235,27 @@ def main() -> None:
                 if r["sizes"] == name and r["load"] == load
             }
             print(f"  {name:<10} {load:<5} {t['1 thread'] / t['default']:.2f}x")
-    print(f"wrote {args.out}/bench_e2e.csv and .json")
+    log("evaluation alone ...")
+    ev_rows = evaluation_rows(args.repeats)
+    share = share_at_1000(args.rounds // 3 or 1)
+    write_results(args.out, "bench_e2e_eval", ev_rows, {**meta, "k1000_share": share})
+    print("Evaluation (test and training rows of every client), ns per row")
+    print(
+        f"{'K':>5}  {'model':<20}{'rows':>8}{'1 thread':>10}{'default':>9}{'GEMM 1t':>9}"
+        f"{'eval/GEMM':>11}"
+    )
+    for r in ev_rows:
+        print(
+            f"{r['clients']:>5}  {r['model']:<20}{r['rows']:>8}{r['ns_per_row_1thread']:>10.1f}"
+            f"{r['ns_per_row_default']:>9.1f}{r['gemm_ns_per_row_1thread']:>9.1f}"
+            f"{r['eval_over_gemm_1thread']:>10.2f}x"
+        )
+    print(
+        f"K = 1000, MLP, m = 10, E = 20 (means over rounds): local {share['local_ms']:.1f} ms, "
+        f"evaluation {share['eval_ms']:.1f} ms: {100 * share['eval_share']:.0f} % of a round "
+        "(target <= 40 %)"
+    )
+    print(f"wrote {args.out}/bench_e2e.csv, bench_e2e_eval.csv and their .json")
 
 
 def _layer() -> str:
