@@ -16,17 +16,23 @@ With the dynamic schedule, tasks largest first, a slowed thread just takes fewer
 
 The thread count is Numba's, ``numba.get_num_threads()`` in the calling thread: set it with
 ``numba.set_num_threads`` or the ``NUMBA_NUM_THREADS`` environment variable.
+
+BLAS: code that shares work on these threads calls BLAS inside :func:`blas_single_thread`. Idle
+OpenBLAS threads keep spinning for a while after a call, and took the second core from these
+threads: FedFV's ``backend="numba"`` step at m = 10, d = 10⁵ ran 8× slower on two threads than
+on one until its two BLAS norms ran single-threaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 
-__all__ = ["MIN_PARALLEL_MACS", "num_threads", "run_tasks", "threads_for"]
+__all__ = ["MIN_PARALLEL_MACS", "blas_single_thread", "num_threads", "run_tasks", "threads_for"]
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -43,6 +49,22 @@ def threads_for(macs: int) -> int | None:
     """The ``threads`` argument of :func:`run_tasks` for a call of ``macs`` multiply-adds: None
     (every thread) from :data:`MIN_PARALLEL_MACS` on, else 1."""
     return None if macs >= MIN_PARALLEL_MACS else 1
+
+
+_controller = None
+
+
+@contextlib.contextmanager
+def blas_single_thread() -> Iterator[None]:
+    """Limit the BLAS libraries loaded in the process to one thread inside the block (threadpoolctl;
+    about 6 µs to enter and leave), restoring their settings after."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    with _controller.limit(limits=1, user_api="blas"):
+        yield
 
 
 def num_threads() -> int:

@@ -228,3 +228,97 @@ def test_fedavg_trajectory_is_pinned(name, model, threads):
         assert np.array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# the aggregation kernels (fairagg.kernels.cpu) share their blocks the same way
+# --------------------------------------------------------------------------------------------
+
+
+def _aggregation_calls():
+    from fairagg.kernels import cpu
+
+    rng = np.random.default_rng(5)
+    out = {}
+    for m, d in ((7, 20000), (600, 100)):  # column blocks; and the many-short-rows path
+        D = rng.standard_normal((m, d))
+        theta, w, W2 = rng.standard_normal(d), rng.standard_normal(m), rng.standard_normal((2, m))
+        out[f"weighted_update {m}x{d}"] = lambda D=D, t=theta, w=w: cpu.weighted_update(t, D, w)
+        out[f"weighted_sum {m}x{d}"] = lambda D=D, w=w: cpu.weighted_sum(w, D)
+        out[f"two_combinations {m}x{d}"] = lambda D=D, W=W2: cpu.two_combinations(W, D)
+        out[f"row_sq_norms {m}x{d}"] = lambda D=D: cpu.row_sq_norms(D)
+        out[f"weighted_sum_sq_norms {m}x{d}"] = lambda D=D, w=w: cpu.weighted_sum_sq_norms(w, D)
+    D = rng.standard_normal((9, 70000)).astype(np.float32)
+    out["gram 9x70000 float32"] = lambda D=D: cpu.gram(D)
+    return out
+
+
+AGGREGATION = _aggregation_calls()
+
+
+def _flat(result):
+    parts = result if isinstance(result, tuple) else (result,)
+    return [np.asarray(p) for p in parts]
+
+
+@needs_two
+@pytest.mark.parametrize("name", list(AGGREGATION))
+def test_aggregation_kernels_do_not_depend_on_threads_or_tasks(name, monkeypatch):
+    from fairagg.kernels import cpu
+
+    call = AGGREGATION[name]
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 1 << 62)
+    serial = _flat(call())  # one call over every block, on this thread
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 0)
+    for task_macs in (1, 5000, 1 << 40):  # a block a task, a few, one task
+        monkeypatch.setattr(cpu, "_TASK_MACS", task_macs)
+        for threads in (1, 2):
+            got = _flat(with_threads(threads, call))
+            for a, b in zip(got, serial, strict=True):
+                assert np.array_equal(a, b), (task_macs, threads)
+
+
+def test_share_covers_every_block_once(monkeypatch):
+    from fairagg.kernels import cpu
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_MACS", 0)
+    for nblk, macs, task in ((1, 10, 1), (7, 700, 100), (7, 700, 250), (10, 10, 1 << 30)):
+        monkeypatch.setattr(cpu, "_TASK_MACS", task)
+        seen = []
+        lock = threading.Lock()
+
+        def kernel(lo, hi, seen=seen, lock=lock):
+            with lock:
+                seen.extend(range(lo, hi))
+
+        with_threads(
+            2 if MAX_THREADS >= 2 else 1, lambda k=kernel, n=nblk, w=macs: cpu._share(k, n, w)
+        )
+        assert sorted(seen) == list(range(nblk))
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_fedfv_numba_runs_blas_on_one_thread_and_restores_it(monkeypatch):
+    import sys
+
+    fedfv = sys.modules["fairagg.rules.fedfv"]  # the module (fairagg.rules.fedfv is the rule)
+    seen = {}
+    real = fedfv._fedfv_direction
+
+    def spy(*args):
+        seen[args[-1]] = _blas_threads()
+        return real(*args)
+
+    monkeypatch.setattr(fedfv, "_fedfv_direction", spy)
+    before = _blas_threads()
+    D = np.random.default_rng(0).standard_normal((5, 300))
+    got = {b: fedfv.fedfv_direction(D, np.arange(5.0), backend=b) for b in ("numpy", "numba")}
+    assert _blas_threads() == before
+    assert seen["numba"] and set(seen["numba"]) == {1}
+    assert seen["numpy"] == before  # the reference leaves BLAS as the user set it
+    np.testing.assert_allclose(got["numba"].direction, got["numpy"].direction, rtol=1e-12)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from ..models._parallel import run_tasks, threads_for
 from ._guard import kernel_arrays, same_length
 
 __all__ = [
@@ -36,15 +37,35 @@ def _block_for(d: int) -> int:
     return min(_BLOCK, max(_MIN_BLOCK, -(-d // (16 * 64)) * 64))
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _weighted_update(theta, deltas, w, out, partial, has_theta, block):
+#: Multiply-adds per task at least when a kernel's blocks are shared between threads: a task
+#: (one call of a compiled kernel over a range of blocks) costs a few µs to hand out.
+_TASK_MACS = 2**18
+
+
+def _share(kernel, nblk: int, macs: int) -> None:
+    """Run ``kernel(lo, hi)`` over the blocks ``0 .. nblk - 1``: in one call on the calling
+    thread below ``models._parallel.MIN_PARALLEL_MACS`` multiply-adds, else as tasks of
+    consecutive blocks (at least ``_TASK_MACS`` each) on the threads of
+    :mod:`fairagg.models._parallel`, which take the next task when they finish one (a thread
+    slowed by another process takes fewer). Every block is computed alike either way, so the
+    result does not depend on the thread count."""
+    threads = threads_for(macs)
+    if threads == 1 or nblk <= 1:
+        kernel(0, nblk)
+        return
+    per = max(1, -(-_TASK_MACS * nblk // max(macs, 1)))  # blocks per task
+    starts = list(range(0, nblk, per))
+    run_tasks(lambda lo: kernel(lo, min(lo + per, nblk)), starts, threads)
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _weighted_update(theta, deltas, w, out, partial, has_theta, block, b_lo, b_hi):
     # Rows are taken as 1-D slices so that LLVM sees unit-stride loops and vectorises them. The
     # flags allow reassociation and FMA only: NaN and infinity keep their meaning, which the
     # finiteness witness in ``partial`` relies on. ``has_theta`` False starts from 0 instead of
     # θ (``theta`` is then not read): the weighted sum, called with −w.
     m, d = deltas.shape
-    nblk = (d + block - 1) // block
-    for b in prange(nblk):
+    for b in range(b_lo, b_hi):
         lo = b * block
         hi = min(lo + block, d)
         n = hi - lo
@@ -103,11 +124,11 @@ _ROWS_MAX_D = 32768
 _ROW_CHUNKS = 16
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _weighted_rows(deltas, w, partial):
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _weighted_rows(deltas, w, partial, c_lo, c_hi):
     m, d = deltas.shape
     C = partial.shape[0]
-    for c in prange(C):
+    for c in range(c_lo, c_hi):
         lo = c * m // C
         hi = (c + 1) * m // C
         o = partial[c]
@@ -134,7 +155,8 @@ def _by_rows(m: int, d: int) -> bool:
 
 def _rows_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     partial = np.empty((_ROW_CHUNKS, deltas.shape[1]), dtype=deltas.dtype)
-    _weighted_rows(deltas, weights.astype(deltas.dtype), partial)
+    w = weights.astype(deltas.dtype)
+    _share(lambda lo, hi: _weighted_rows(deltas, w, partial, lo, hi), _ROW_CHUNKS, deltas.size)
     return partial.sum(axis=0)
 
 
@@ -153,8 +175,14 @@ def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) 
         return out, bool(np.isfinite(out.sum()))
     out = np.empty_like(theta)
     block = _block_for(theta.size)
-    partial = np.empty(-(-theta.size // block), dtype=np.float64)
-    _weighted_update(theta, deltas, weights.astype(deltas.dtype), out, partial, True, block)
+    nblk = -(-theta.size // block)
+    partial = np.empty(nblk, dtype=np.float64)
+    w = weights.astype(deltas.dtype)
+    _share(
+        lambda lo, hi: _weighted_update(theta, deltas, w, out, partial, True, block, lo, hi),
+        nblk,
+        deltas.size,
+    )
     return out, bool(np.isfinite(partial.sum()))
 
 
@@ -168,18 +196,23 @@ def weighted_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     d = deltas.shape[1]
     out = np.empty(d, dtype=deltas.dtype)
     block = _block_for(d)
-    partial = np.empty(-(-d // block), dtype=np.float64)
-    _weighted_update(out, deltas, -weights.astype(deltas.dtype), out, partial, False, block)
+    nblk = -(-d // block)
+    partial = np.empty(nblk, dtype=np.float64)
+    w = -weights.astype(deltas.dtype)
+    _share(
+        lambda lo, hi: _weighted_update(out, deltas, w, out, partial, False, block, lo, hi),
+        nblk,
+        deltas.size,
+    )
     return out
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _two_combinations(w0, w1, rows, out0, out1, block):
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _two_combinations(w0, w1, rows, out0, out1, block, b_lo, b_hi):
     # Four rows at a time stream through the two output blocks, which stay in cache (as in
     # ``_weighted_update``): one pass over ``rows``.
     m, d = rows.shape
-    nblk = (d + block - 1) // block
-    for b in prange(nblk):
+    for b in range(b_lo, b_hi):
         lo = b * block
         hi = min(lo + block, d)
         n = hi - lo
@@ -228,8 +261,11 @@ def two_combinations(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     same_length("weights' rows", weights.shape[0], "2 (two combinations)", 2)
     same_length("weights' columns", weights.shape[1], "rows' rows", rows.shape[0])
     out = np.empty((2, rows.shape[1]))
-    _two_combinations(
-        weights[0].copy(), weights[1].copy(), rows, out[0], out[1], _block_for(rows.shape[1])
+    w0, w1, block = weights[0].copy(), weights[1].copy(), _block_for(rows.shape[1])
+    _share(
+        lambda lo, hi: _two_combinations(w0, w1, rows, out[0], out[1], block, lo, hi),
+        -(-rows.shape[1] // block),
+        2 * rows.size,
     )
     return out
 
@@ -248,8 +284,8 @@ def use_gram_kernel(m: int) -> bool:
     return m <= GRAM_MAX_M[numba.get_num_threads() > 1]
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _gram_chunks(D, partial):
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _gram_chunks(D, partial, c_lo, c_hi):
     # Chunk c sums column blocks c, c + C, c + 2C, ... into partial[c]. Per block, 4 × 2 tiles
     # of G (rows i0..i0+3 against j0, j0+1, j0 ≥ i0) are accumulated in registers while the six
     # rows stream from L1: 8 FMAs per 6 loads. Entries below the diagonal that a tile touches
@@ -257,7 +293,7 @@ def _gram_chunks(D, partial):
     m, d = D.shape
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK
     nchunk = partial.shape[0]
-    for c in prange(nchunk):
+    for c in range(c_lo, c_hi):
         P = partial[c]
         for b in range(c, nblk, nchunk):
             lo = b * _GRAM_BLOCK
@@ -315,19 +351,19 @@ def gram(deltas: np.ndarray) -> np.ndarray:
     kernel_arrays("gram", deltas=(deltas, 2))
     m, d = deltas.shape
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK
-    partial = np.zeros((min(nblk, _GRAM_CHUNKS), m, m))
-    _gram_chunks(deltas, partial)
+    nchunk = min(nblk, _GRAM_CHUNKS)
+    partial = np.zeros((nchunk, m, m))
+    _share(lambda lo, hi: _gram_chunks(deltas, partial, lo, hi), nchunk, m * (m + 1) // 2 * d)
     S = partial.sum(axis=0)  # chunks added in a fixed order
     return np.triu(S) + np.triu(S, 1).T
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _row_sq_norms(D, partial, block):
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _row_sq_norms(D, partial, block, b_lo, b_hi):
     # Threads own blocks of columns (as in ``_weighted_update``), so that m = 1 still uses every
     # core; each block's partial sums are kept and added in block order: deterministic.
     m, d = D.shape
-    nblk = (d + block - 1) // block
-    for b in prange(nblk):
+    for b in range(b_lo, b_hi):
         lo = b * block
         hi = min(lo + block, d)
         for k in range(m):
@@ -345,18 +381,18 @@ def row_sq_norms(deltas: np.ndarray) -> np.ndarray:
     kernel_arrays("row_sq_norms", deltas=(deltas, 2))
     m, d = deltas.shape
     block = _block_for(d)
-    partial = np.empty((m, -(-d // block)))
-    _row_sq_norms(deltas, partial, block)
+    nblk = -(-d // block)
+    partial = np.empty((m, nblk))
+    _share(lambda lo, hi: _row_sq_norms(deltas, partial, block, lo, hi), nblk, deltas.size)
     return partial.sum(axis=1)
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _weighted_sum_sq_norms(D, w, out, partial, block):
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _weighted_sum_sq_norms(D, w, out, partial, block, b_lo, b_hi):
     # One pass: each column block of ``out`` stays in cache while the m rows stream through it,
     # and every row's squares over the block are summed on the way.
     m, d = D.shape
-    nblk = (d + block - 1) // block
-    for b in prange(nblk):
+    for b in range(b_lo, b_hi):
         lo = b * block
         hi = min(lo + block, d)
         n = hi - lo
@@ -383,6 +419,12 @@ def weighted_sum_sq_norms(weights: np.ndarray, deltas: np.ndarray) -> tuple[np.n
     m, d = deltas.shape
     block = _block_for(d)
     out = np.empty(d, dtype=deltas.dtype)
-    partial = np.empty((m, -(-d // block)))
-    _weighted_sum_sq_norms(deltas, weights.astype(deltas.dtype), out, partial, block)
+    nblk = -(-d // block)
+    partial = np.empty((m, nblk))
+    w = weights.astype(deltas.dtype)
+    _share(
+        lambda lo, hi: _weighted_sum_sq_norms(deltas, w, out, partial, block, lo, hi),
+        nblk,
+        2 * deltas.size,
+    )
     return out, partial.sum(axis=1)
