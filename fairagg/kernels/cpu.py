@@ -38,8 +38,10 @@ def _block_for(d: int) -> int:
 
 
 #: Multiply-adds per task at least when a kernel's blocks are shared between threads: a task
-#: (one call of a compiled kernel over a range of blocks) costs a few µs to hand out.
-_TASK_MACS = 2**18
+#: (one call of a compiled kernel over a range of blocks) costs about 5 µs to hand out, 2 % of
+#: the 250 µs a weighted sum takes to stream 2^20 float64 updates on one core here. With 2^18
+#: the (100, 10⁶) weighted sum read at 0.79 of the bandwidth probe, with 2^20 at 0.83-0.90.
+_TASK_MACS = 2**20
 
 
 def _share(kernel, nblk: int, macs: int) -> None:
