@@ -97,10 +97,7 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
     """
     num_samples = check_count(num_samples, "num_samples", low=1)
     epochs = check_count(epochs, "epochs", low=1)
-    if num_samples * epochs > MAX_SHUFFLE:
-        raise ValueError(
-            f"epochs · num_samples = {epochs}·{num_samples} exceeds {MAX_SHUFFLE} entries"
-        )
+    _check_shuffle_size(num_samples, epochs)
     seed = check_int(seed, "seed", low=0)
     round_index = check_int(round_index, "round_index", low=0)
     client = check_int(client, "client", low=0)
@@ -109,6 +106,13 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
     for e in range(epochs):
         out[e] = rng.permutation(num_samples)
     return out
+
+
+def _check_shuffle_size(num_samples: int, epochs: int) -> None:
+    if num_samples * epochs > MAX_SHUFFLE:
+        raise ValueError(
+            f"epochs · num_samples = {epochs}·{num_samples} exceeds {MAX_SHUFFLE} entries"
+        )
 
 
 def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: Any):
@@ -221,11 +225,8 @@ def train_clients(
     m, d = ids.size, theta.size
     out = _check_out(out, m, d, theta.dtype)
     sizes = his - los
-    p0s = np.concatenate([[0], np.cumsum(sizes * epochs)[:-1]]).astype(np.int64)
-    perms = np.empty(int(sizes.sum()) * epochs, dtype=np.int64)
-    for i in range(m):
-        order = client_shuffles(int(sizes[i]), epochs, seed, round_index, int(ids[i]))
-        perms[p0s[i] : p0s[i] + order.size] = (order + los[i]).ravel()
+    for i in range(m):  # the shuffles' size limit, checked before any training
+        _check_shuffle_size(int(sizes[i]), epochs)
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
     H, act = model._kernel_dims()
@@ -244,8 +245,11 @@ def train_clients(
     all_rows = np.arange(X.shape[0], dtype=np.int64)
 
     def client(i: int) -> None:
+        # the shuffles are drawn on the client's thread (NumPy's permutation releases the GIL)
+        order = client_shuffles(int(sizes[i]), epochs, seed, round_index, int(ids[i]))
+        order += los[i]
         losses[i], accs[i] = sgd_one_client(
-            theta, X, y, all_rows, los[i], his[i], perms, p0s[i], hyper, out[i]
+            theta, X, y, all_rows, los[i], his[i], order.ravel(), 0, hyper, out[i]
         )
 
     work = 3 * epochs * int(sizes.sum()) * _macs_per_row(model)  # forward and backward
