@@ -162,6 +162,23 @@ def as_float_array(
     return arr
 
 
+def as_weights(x: Any, name: str) -> np.ndarray:
+    """Positive per-client weights n_k, 1-D: sample counts (integers ≥ 1, kept as int64, also when
+    given as integral floats) or any positive finite reals (float64: Flower's weighting metric
+    may be a fraction). FedAvg-type rules use them only through n_k / Σ n."""
+    try:
+        arr = np.asarray(x)
+    except (OverflowError, ValueError):
+        arr = None
+    if arr is not None and arr.dtype.kind == "f":
+        w = as_float_array(arr, name, ndim=1, dtype=np.float64)  # finite, 1-D
+        if np.any(w != np.round(w)):
+            if w.min() <= 0:
+                raise ValueError(f"{name} must be positive; got minimum {w.min()}")
+            return w
+    return as_int_array(x, name, min_value=1)
+
+
 def as_int_array(
     x: Any, name: str, *, ndim: int | None = 1, min_value: int | None = None
 ) -> np.ndarray:

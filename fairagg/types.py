@@ -27,6 +27,7 @@ import numpy as np
 from ._checks import (
     as_float_array,
     as_int_array,
+    as_weights,
     check_count,
     check_device_array,
     check_int,
@@ -227,8 +228,9 @@ def make_reports(
     finite 2-D float arrays of the same shape (``deltas`` may be None when ``gradients`` is
     given; it may also be a CUDA device array, kept on the device for a rule built with
     ``backend="cuda"`` that takes one, see :func:`check_reports`), ``num_samples`` positive
-    integers, ``losses`` finite and ≥ 0, ``accuracies`` in [0, 1], ``participations`` ≥ 1,
-    ``lr`` > 0. Raises ``TypeError``/``ValueError`` naming the argument.
+    integers (sample counts) or positive reals (weights, kept as float64), ``losses`` finite and
+    ≥ 0, ``accuracies`` in [0, 1], ``participations`` ≥ 1, ``lr`` > 0. Raises
+    ``TypeError``/``ValueError`` naming the argument.
     """
     if deltas is None and gradients is None:
         raise ValueError("deltas may be None only when gradients are given")
@@ -242,7 +244,7 @@ def make_reports(
             gradients, "gradients", ndim=2, min_size=1, shape=None if D is None else D.shape
         )
     m = (D if D is not None else G).shape[0]
-    n = as_int_array(num_samples, "num_samples", min_value=1)
+    n = as_weights(num_samples, "num_samples")
 
     def _vec(x: Any, name: str) -> np.ndarray | None:
         if x is None:

@@ -106,7 +106,7 @@ def test_make_reports_rejects_bad_optional_field(kwargs, exc, match):
         (D2, [10, 0], ValueError, "num_samples"),
         (D2, [10], ValueError, "num_samples"),
         (D2, [10, 20, 30], ValueError, "num_samples"),
-        (D2, [10.5, 20], TypeError, "num_samples"),
+        (D2, [10.5, 0.0], ValueError, "num_samples"),
     ],
     ids=[
         "int-deltas",
@@ -118,7 +118,7 @@ def test_make_reports_rejects_bad_optional_field(kwargs, exc, match):
         "zero-samples",
         "short-samples",
         "long-samples",
-        "fractional-samples",
+        "zero-weight",
     ],
 )
 def test_make_reports_rejects_bad_deltas_or_num_samples(deltas, n, exc, match):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._checks import (
     as_float_array,
-    as_int_array,
+    as_weights,
     check_count,
     check_device_array,
     check_finite,
@@ -44,15 +44,16 @@ def fedavg_weights(num_samples: Any) -> np.ndarray:
 
     Parameters
     ----------
-    num_samples : array_like of int, shape (m,)
-        Positive training-set sizes of the selected clients.
+    num_samples : array_like of int or float, shape (m,)
+        Positive training-set sizes of the selected clients, or any positive weights (a Flower
+        weighting metric may be a fraction): only their ratios enter.
 
     Returns
     -------
     ndarray of float64, shape (m,)
         Non-negative weights summing to 1.
     """
-    n = as_int_array(num_samples, "num_samples", min_value=1)
+    n = as_weights(num_samples, "num_samples")
     if n.size == 0:
         raise ValueError("num_samples must hold at least one client")
     return n / n.sum(dtype=np.float64)

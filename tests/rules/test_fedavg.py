@@ -325,11 +325,28 @@ def test_step_rejects_num_samples_of_wrong_length(name):
 
 @pytest.mark.parametrize(
     ("num_samples", "exc"),
-    [([1, 0], ValueError), ([], ValueError), ([1.5, 2.0], TypeError), ([-3], ValueError)],
+    [
+        ([1, 0], ValueError),
+        ([], ValueError),
+        ([-3], ValueError),
+        ([1.5, 0.0], ValueError),
+        ([1.5, -2.0], ValueError),
+        ([1.5, np.nan], ValueError),
+        ([1.5, np.inf], ValueError),
+        ([[1.5, 2.0]], ValueError),
+    ],
 )
 def test_fedavg_weights_rejects_bad_counts(num_samples, exc):
     with pytest.raises(exc, match="num_samples"):
         fedavg_weights(num_samples)
+
+
+def test_fedavg_weights_take_positive_real_weights():
+    # Flower's weighting metric may be a fraction (its own tests use 0.25 / 0.4 / 0.35)
+    w = fedavg_weights([0.25, 0.4, 0.35])
+    assert w.dtype == np.float64
+    np.testing.assert_allclose(w, [0.25, 0.4, 0.35], rtol=1e-15)
+    assert np.array_equal(fedavg_weights([2.0, 6.0]), fedavg_weights([2, 6]))  # integral: counts
 
 
 @pytest.mark.parametrize(("m", "exc"), [(0, ValueError), (2.0, TypeError), (True, TypeError)])
