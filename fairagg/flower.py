@@ -113,6 +113,7 @@ __all__ = [
     "PARTITION_ID",
     "QUERY_MESSAGE_TYPE",
     "TRAIN_CONFIG_KEYS",
+    "TRAIN_LOSS",
     "FairaggStrategy",
     "InProcessGrid",
     "RoundLog",
@@ -125,9 +126,11 @@ __all__ = [
 ]
 
 #: Metric keys of a train reply: n_k (Flower's ``weighted_by_key`` default), the client id k in
-#: [0, K), F_k(θ^t) before local training, and the training accuracy the rule asks for.
+#: [0, K), F_k(θ^t) before local training (under Flower's ``train_loss_key`` default), and the
+#: training accuracy the rule asks for. An evaluate reply holds the test loss under ``LOSS``.
 NUM_EXAMPLES = "num-examples"
 CLIENT_ID = "client-id"
+TRAIN_LOSS = "train_loss"
 LOSS = "loss"
 ACCURACY = "accuracy"
 #: RecordDict keys of the ArrayRecord a client replies with: δ_k, or g_k for gradient rules.
@@ -166,10 +169,18 @@ _ON_FAILURE = ("drop", "raise")
 Layout = tuple[tuple[str, tuple[int, ...], str], ...]
 
 
+def _is_param(dtype: np.dtype) -> bool:
+    """Whether an array of this dtype is a parameter the rule aggregates (floating point)."""
+    return dtype.kind == "f"
+
+
 def _flatten(arrays: Any, name: str = "arrays") -> tuple[np.ndarray, Layout]:
-    """One vector from an ArrayRecord (its arrays raveled and concatenated in key order, in
-    their common dtype: float32 stays float32, as in ``fairagg.simulate``) and the layout
-    (key, shape, dtype) that :func:`_unflatten` inverts."""
+    """One vector of an ArrayRecord's floating-point arrays (raveled, concatenated in key order,
+    in their common dtype: float32 stays float32, as in ``fairagg.simulate``; float16 is widened
+    to float32) and the layout (key, shape, dtype) of every array, which :func:`_unflatten`
+    inverts. Other arrays (integer counters such as BatchNorm's ``num_batches_tracked``) are in
+    the layout but not in the vector: :class:`FairaggStrategy` averages them as Flower's FedAvg
+    does."""
     if not isinstance(arrays, ArrayRecord):
         raise TypeError(f"{name} must be a flwr.app.ArrayRecord; got {type(arrays).__name__}")
     if len(arrays) == 0:
@@ -177,24 +188,47 @@ def _flatten(arrays: Any, name: str = "arrays") -> tuple[np.ndarray, Layout]:
     pieces, layout = [], []
     for key, value in arrays.items():
         a = value.numpy()
-        if a.dtype.kind != "f" or a.dtype.itemsize < 4:
+        if a.dtype.kind not in "biuf":
             raise TypeError(
-                f"{name}[{key!r}] must be a float32 or float64 array; got dtype {a.dtype}"
+                f"{name}[{key!r}] must be a numeric array (the floating-point ones are the "
+                f"parameters); got dtype {a.dtype}"
             )
-        pieces.append(a.ravel())
+        if _is_param(a.dtype):
+            pieces.append(a.ravel())
         layout.append((key, tuple(a.shape), a.dtype.str))
-    dtype = np.result_type(*pieces)
+    if not pieces:
+        raise TypeError(f"{name} must hold at least one floating-point array (the parameters)")
+    dtype = np.result_type(np.float32, *pieces)  # float16 computed in float32
     flat = pieces[0].astype(dtype) if len(pieces) == 1 else np.concatenate(pieces, dtype=dtype)
     return flat, tuple(layout)
 
 
-def _unflatten(params: np.ndarray, layout: Layout) -> ArrayRecord:
+def _others(arrays: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of a record that are not parameters (see :func:`_flatten`)."""
+    out = {}
+    for key, value in arrays.items():
+        a = value.numpy()
+        if not _is_param(a.dtype):
+            out[key] = a
+    return out
+
+
+def _unflatten(
+    params: np.ndarray, layout: Layout, others: dict[str, np.ndarray] | None = None
+) -> ArrayRecord:
+    """The ArrayRecord of ``layout``: parameters from the vector ``params``, each in its own
+    dtype and shape (0-d arrays stay 0-d), the other arrays from ``others``."""
     record = ArrayRecord()
     start = 0
     for key, shape, dtype in layout:
+        if not _is_param(np.dtype(dtype)):
+            if others is None or key not in others:
+                raise ValueError(f"no value for the non-parameter array {key!r}")
+            record[key] = Array(np.array(others[key], order="C"))
+            continue
         size = math.prod(shape)
-        piece = params[start : start + size].reshape(shape).astype(dtype, copy=False)
-        record[key] = Array(np.ascontiguousarray(piece))
+        piece = params[start : start + size].reshape(shape)
+        record[key] = Array(np.array(piece, dtype=dtype, order="C"))  # a copy; 0-d stays 0-d
         start += size
     return record
 
@@ -218,7 +252,10 @@ def arrays_to_params(arrays: ArrayRecord) -> np.ndarray:
 
 
 def _same_shapes(a: Layout, b: Layout) -> bool:
-    return [(k, s) for k, s, _ in a] == [(k, s) for k, s, _ in b]
+    """Same keys and shapes, and the same arrays are parameters."""
+    return [(k, s, _is_param(np.dtype(d))) for k, s, d in a] == [
+        (k, s, _is_param(np.dtype(d))) for k, s, d in b
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +360,7 @@ def train_reply(
     -------
     RecordDict
         ``{"delta" | "gradient" | <arrays key>: ArrayRecord, "metrics": MetricRecord}`` with the
-        metrics :data:`NUM_EXAMPLES` n_k, :data:`CLIENT_ID` k, :data:`LOSS` F_k(θ^t) and
+        metrics :data:`NUM_EXAMPLES` n_k, :data:`CLIENT_ID` k, :data:`TRAIN_LOSS` F_k(θ^t) and
         :data:`ACCURACY` (of θ^t, or of θ_k when the config's ``accuracy-source`` is
         ``"local"``).
     """
@@ -381,7 +418,7 @@ def train_reply(
         {
             NUM_EXAMPLES: int(res.num_samples[0]),
             CLIENT_ID: k,
-            LOSS: float(res.losses[0]),
+            TRAIN_LOSS: float(res.losses[0]),
             ACCURACY: float(acc),
         }
     )
@@ -505,11 +542,11 @@ class RoundLog(NamedTuple):
     server_round : int
         Flower's round number, t + 1.
     client_ids : ndarray of int64, shape (m,)
-        The aggregated clients in the order given to the rule.
+        The aggregated clients (dense indices in [0, K)) in the order given to the rule.
     weights : ndarray, shape (m,)
         The rule's ``info["weights"]``.
     losses : ndarray of float64, shape (m,), or None
-        The reported F_k(θ^t).
+        The reported losses.
     failed_nodes : tuple of int
         Nodes whose reply carried an error.
     info : dict
@@ -517,6 +554,11 @@ class RoundLog(NamedTuple):
     seconds : float
         Wall time from ``configure_train`` to the end of ``aggregate_train``: sending, the
         clients' work, receiving and the rule's step.
+    dropped : tuple of (int, str)
+        Nodes whose reply could not be aggregated (non-finite arrays, another layout, an invalid
+        loss or weight, ...), with the reason; left out of the round.
+    nodes : tuple of int
+        The node of each aggregated client, in the order of ``client_ids``.
     """
 
     server_round: int
@@ -526,15 +568,22 @@ class RoundLog(NamedTuple):
     failed_nodes: tuple[int, ...]
     info: dict[str, Any]
     seconds: float
+    dropped: tuple[tuple[int, str], ...] = ()
+    nodes: tuple[int, ...] = ()
 
 
 class _Reply(NamedTuple):
     node: int
-    client: int
+    client: int | None  # the reply's client-id metric, if it has one
     vector: np.ndarray
-    num_examples: int
+    weight: float
     loss: float | None
     accuracy: float | None
+    msg: Message
+
+
+class _Unusable(Exception):
+    """A reply that cannot be aggregated: left out (``on_failure="drop"``) or raised."""
 
 
 def _scalar(value: Any) -> float | None:
@@ -544,21 +593,73 @@ def _scalar(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _counts(weights: np.ndarray) -> np.ndarray | None:
+    """The weights as sample counts for :func:`fairagg.metrics.fairness_summary`'s weighted
+    mean, or None (unweighted) when they are not integers."""
+    w = np.asarray(weights, dtype=np.float64)
+    return w.astype(np.int64) if np.all(w == np.round(w)) and np.all(w >= 1) else None
+
+
+def _flower_average(contents: Sequence[RecordDict], weights: np.ndarray, keys: Iterable[str]):
+    """Flower's FedAvg combination of the arrays ``keys`` of each reply's ArrayRecord:
+    Σ_i value_i · (w_i / Σ w), summed in reply order (``strategy_utils.aggregate_arrayrecords``)."""
+    factors = [float(w) / float(weights.sum()) for w in weights]
+    out: dict[str, np.ndarray] = {}
+    for content, f in zip(contents, factors, strict=True):
+        record = next(iter(content.array_records.values()))
+        for key in keys:
+            value = record[key].numpy() * f
+            out[key] = value if key not in out else out[key] + value
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
 class FairaggStrategy(FedAvg):
     """A Flower strategy (Message API, a ``FedAvg`` subclass) that aggregates with a fairagg
     rule: θ^{t+1} = ``rule.step(θ^t, reports, state).params`` on the clients' replies.
 
-    See the module docstring for the protocol. The run reproduces
-    ``fairagg.simulate(rule, model, data, rounds=T, clients_per_round=m, epochs=..., batch_size=
-    ..., lr=..., momentum=..., prox_mu=..., sampling=..., seed=...)`` when every client runs
-    :func:`fairagg_client_app` and ``clients_per_round`` is given.
+    A drop-in for Flower's ``FedAvg``: ``FairaggStrategy("term")`` takes the replies of any
+    Flower ClientApp that works with ``FedAvg`` (its model's arrays under any record name, a
+    MetricRecord with the weighting metric and, for loss-driven rules, the training loss), and
+    ``FedAvg``'s arguments. What it adds, and what differs:
+
+    - Clients are the replying *nodes*, each given a dense index in [0, K) the first time it
+      replies (new nodes of a round in increasing node id), kept for the whole run, so that
+      stateful rules (AFL's λ, AAgFF, FedFa, FedFV's history) follow the same node. A reply
+      carrying :data:`CLIENT_ID` (as :func:`fairagg_client_app`'s do) is that client instead,
+      which reproduces ``fairagg.simulate`` exactly. K is ``num_clients``, or the number of
+      connected nodes at the first round; it is fixed, since rules keep per-client state: a node
+      that leaves keeps its index (and state, should it come back), and a node that joins once
+      all K indices are taken has its replies left out, with that reason.
+    - The floating-point arrays are the parameters the rule aggregates (float16 computed in
+      float32 and returned in float16; float32 stays float32 as in ``fairagg.simulate``); other
+      arrays (integer counters such as BatchNorm's ``num_batches_tracked``) are combined as
+      ``FedAvg`` combines them (a weighted average, float64). 0-d arrays stay 0-d.
+    - The loss a rule reads is the metric ``train_loss_key`` (Flower's ``"train_loss"``); the
+      papers define it as F_k(θ^t), the loss of the received model *before* local training,
+      which :func:`fairagg_client_app` sends; a template ClientApp's training loss is an
+      average during training: a rule then aggregates with that instead.
+    - The weighting metric (``weighted_by_key``) may be any positive number, as in ``FedAvg``.
+    - Replies are validated with Flower's rules first (``InconsistentMessageReplies``), then
+      fairagg's: a reply that cannot be aggregated (non-finite arrays, another layout, a missing
+      or invalid loss or weight, a client index out of range) is treated as a failed reply:
+      logged and left out with ``on_failure="drop"`` (the round's metrics count it, the round
+      log names it), an ``AggregationError`` naming the node with ``"raise"``.
+    - Metrics: every client metric is aggregated as ``FedAvg`` does (``train_metrics_aggr_fn`` /
+      ``evaluate_metrics_aggr_fn``, weighted by ``weighted_by_key`` by default), and fairagg's
+      summary is added under ``fairagg-*`` keys.
+
+    The run reproduces ``fairagg.simulate(rule, model, data, rounds=T, clients_per_round=m,
+    epochs=..., batch_size=..., lr=..., momentum=..., prox_mu=..., sampling=..., seed=...)``
+    when every client runs :func:`fairagg_client_app` and ``clients_per_round`` is given (see
+    the module docstring for that protocol).
 
     Parameters
     ----------
     rule : Rule or str
         A fairagg rule, or a registry name (default hyper-parameters).
-    num_clients : int
-        K, the number of clients; client ids lie in [0, K).
+    num_clients : int, optional
+        K. None: the number of connected nodes when the first round is configured (fairagg's own
+        sampling, ``clients_per_round``, needs it given).
     clients_per_round : int, optional
         m in [1, K]: sample m client ids per round as ``fairagg.simulate`` does (this needs every
         one of the K clients connected, and learns their nodes with a ``query.fairagg`` message).
@@ -569,17 +670,25 @@ class FairaggStrategy(FedAvg):
     seed : int
         Seeds the sampling and the clients' shuffles.
     epochs, batch_size, lr, momentum, prox_mu
-        The clients' local training (:func:`fairagg.local.train_clients`); ``lr`` is also the
-        ``RoundReports.lr`` the rules read (q-FFL's L = 1/lr, AFL's step). ``momentum=None``
-        takes the rule's (FedFa's) or 0, as ``fairagg.simulate`` does.
+        The clients' local training (:func:`fairagg.local.train_clients`) when they run
+        :func:`fairagg_client_app`; ``lr`` is also the ``RoundReports.lr`` the rules read
+        (q-FFL's L = 1/lr, AFL's step). ``momentum=None`` takes the rule's (FedFa's) or 0, as
+        ``fairagg.simulate`` does.
     on_failure : {"drop", "raise"}
-        What a reply that carries an error does: left out of the round (Flower's way), or
-        ``AggregationError``.
+        What a reply that carries an error, or cannot be aggregated, does: left out of the round
+        (Flower's way), or ``AggregationError``.
     discovery_timeout : float
         Seconds to wait for all K clients to connect and answer the id query.
+    train_loss_key : str
+        The metric holding a client's loss in a train reply (Flower's QFedAvg's argument and
+        default).
+    evaluate_accuracy_key : str, optional
+        The metric of an evaluate reply whose spread fairagg summarises (``fairagg-worst_10``,
+        ...); None: ``"accuracy"``, else ``"eval_acc"`` (Flower's templates), else none.
     **fedavg_kwargs
         Passed to ``FedAvg`` (``fraction_evaluate``, ``min_evaluate_nodes``,
-        ``arrayrecord_key``, ...). ``fraction_train`` and ``min_train_nodes`` only with
+        ``weighted_by_key``, ``arrayrecord_key``, ``train_metrics_aggr_fn``,
+        ``evaluate_metrics_aggr_fn``, ...). ``fraction_train`` and ``min_train_nodes`` only with
         ``clients_per_round=None``.
 
     Attributes
@@ -595,7 +704,7 @@ class FairaggStrategy(FedAvg):
         f_k: the number of rounds in which client k's reply was aggregated (the simulator's count
         of selections, when no reply fails).
     node_clients : dict of int to int
-        Node id → client id, from the id query and the train replies.
+        Node id → client index.
     client_sizes : ndarray of int64, shape (K,)
         n_k as the clients answered the id query (0 until they have).
     rounds : list of RoundLog
@@ -604,7 +713,7 @@ class FairaggStrategy(FedAvg):
     def __init__(
         self,
         rule: Rule | str,
-        num_clients: int,
+        num_clients: int | None = None,
         *,
         clients_per_round: int | None = None,
         sampling: str = "uniform",
@@ -616,6 +725,8 @@ class FairaggStrategy(FedAvg):
         prox_mu: float = 0.0,
         on_failure: str = "drop",
         discovery_timeout: float = 600.0,
+        train_loss_key: str = TRAIN_LOSS,
+        evaluate_accuracy_key: str | None = None,
         **fedavg_kwargs: Any,
     ) -> None:
         if isinstance(rule, str):
@@ -626,22 +737,26 @@ class FairaggStrategy(FedAvg):
             )
         self.rule = rule
         self.local = check_local_spec(rule.local)
-        K = check_count(num_clients, "num_clients", low=1)
-        self.num_clients = K
         spec = RULES.get(rule.name)
         self.needs: tuple[str, ...] = spec.needs if spec is not None else ()
         self.full_participation = bool(spec is not None and spec.full_participation)
+        K = None if num_clients is None else check_count(num_clients, "num_clients", low=1)
         if clients_per_round is not None:
+            if K is None:
+                raise ValueError(
+                    "clients_per_round samples client ids in [0, K): give num_clients too (or "
+                    "leave clients_per_round None for Flower's node sampling)"
+                )
             clients_per_round = check_int(clients_per_round, "clients_per_round", low=1, high=K)
             if self.full_participation and clients_per_round != K:
                 raise ValueError(
                     f"rule {rule.name!r} needs all K = {K} clients every round; got "
                     f"clients_per_round = {clients_per_round}"
                 )
-        elif self.full_participation:
+        elif self.full_participation and K is not None:
             clients_per_round = K
         self.clients_per_round = clients_per_round
-        if clients_per_round is not None:
+        if clients_per_round is not None or self.full_participation:
             both = sorted({"fraction_train", "min_train_nodes"} & set(fedavg_kwargs))
             if both:
                 raise ValueError(
@@ -661,22 +776,42 @@ class FairaggStrategy(FedAvg):
         )
         self.on_failure = check_choice(on_failure, "on_failure", _ON_FAILURE)
         self.discovery_timeout = check_real(discovery_timeout, "discovery_timeout", low=0.0)
+        for name, key in (("train_loss_key", train_loss_key),) + (
+            (("evaluate_accuracy_key", evaluate_accuracy_key),)
+            if evaluate_accuracy_key is not None
+            else ()
+        ):
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"{name} must be a non-empty str; got {key!r}")
+        self.train_loss_key = train_loss_key
+        self.evaluate_accuracy_key = evaluate_accuracy_key
         super().__init__(**fedavg_kwargs)
 
+        self.num_clients: int | None = None
         self.state: Any = None
         self.params: np.ndarray | None = None
         self.reported_params: np.ndarray | None = None
         self._reported_is_model = False
         self._layout: Layout | None = None
+        self._others: dict[str, np.ndarray] = {}
         self._round: int | None = None
         self._started = 0.0
         self._selected: np.ndarray | None = None
         self._sent: set[int] = set()
         self.node_clients: dict[int, int] = {}
         self._client_node: dict[int, int] = {}
+        self.client_sizes = np.zeros(0, dtype=np.int64)
+        self.participations = np.zeros(0, dtype=np.int64)
+        self.rounds: list[RoundLog] = []
+        if K is not None:
+            self._set_num_clients(K)
+
+    def _set_num_clients(self, K: int) -> None:
+        self.num_clients = K
         self.client_sizes = np.zeros(K, dtype=np.int64)
         self.participations = np.zeros(K, dtype=np.int64)
-        self.rounds: list[RoundLog] = []
+        if self.full_participation and self.clients_per_round is None:
+            self.clients_per_round = K
 
     # --- configuration --------------------------------------------------------------------------
     def summary(self) -> None:
@@ -684,21 +819,23 @@ class FairaggStrategy(FedAvg):
         log(INFO, "\t├──> fairagg rule: %s %s", self.rule.name, dict(self.rule.hyperparams))
         log(
             INFO,
-            "\t│\t├── K = %d, clients per round: %s (%s sampling), seed %d",
-            self.num_clients,
+            "\t│\t├── K = %s, clients per round: %s (%s sampling), seed %d",
+            self.num_clients if self.num_clients is not None else "the nodes of round 1",
             self.clients_per_round or "Flower's node sampling",
             self.sampling,
             self.seed,
         )
         log(
             INFO,
-            "\t│\t└── local: %s, epochs %d, batch %d, lr %g, momentum %g, prox_mu %g",
+            "\t│\t└── local: %s, epochs %d, batch %d, lr %g, momentum %g, prox_mu %g; loss "
+            "metric %r",
             self.local.report,
             self.epochs,
             self.batch_size,
             self.lr,
             self.momentum,
             self.prox_mu,
+            self.train_loss_key,
         )
         super().summary()
 
@@ -811,9 +948,18 @@ class FairaggStrategy(FedAvg):
                 f"arrays must keep the layout of the first round {self._layout}; got {layout}"
             )
         cfg = self._config(config, server_round)
+        if self.num_clients is None:
+            nodes = list(grid.get_node_ids())
+            if not nodes:
+                raise AggregationError(
+                    "no node is connected: K (num_clients) is taken from the nodes of round 1"
+                )
+            self._set_num_clients(len(nodes))
+            log(INFO, "configure_train: K = %d clients (the connected nodes)", len(nodes))
         if self._layout is None:
             self.state = self.rule.init(theta, self.num_clients)
             self._layout = layout
+        self._others = _others(arrays)
         self.params, self._round, self._started = theta, server_round, started
         if self.clients_per_round is None:
             messages = list(super().configure_train(server_round, arrays, cfg, grid))
@@ -846,7 +992,7 @@ class FairaggStrategy(FedAvg):
         if key not in metrics:
             raise InconsistentMessageReplies(
                 f"{what} of {who} lacks the metric {key!r}; fairagg_client_app sends "
-                f"{NUM_EXAMPLES!r}, {CLIENT_ID!r}, {LOSS!r} and {ACCURACY!r}"
+                f"{NUM_EXAMPLES!r}, {CLIENT_ID!r}, {TRAIN_LOSS!r} and {ACCURACY!r}"
             )
         v = metrics[key]
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
@@ -855,148 +1001,193 @@ class FairaggStrategy(FedAvg):
             )
         return int(v)
 
-    def _float_metric(self, metrics: Any, key: str, node: int, client: int) -> float | None:
+    @staticmethod
+    def _real_metric(metrics: Any, key: str, what: str, low: float = 0.0) -> float | None:
+        """A finite metric ≥ ``low`` (None when absent); ``_Unusable`` otherwise."""
         if key not in metrics:
             return None
         v = metrics[key]
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise InconsistentMessageReplies(
-                f"metric {key!r} of node {node} (client {client}) must be a finite number; "
-                f"got {v!r}"
-            )
+            raise _Unusable(f"its {what} {key!r} must be a finite number; got {v!r}")
+        if v < low:
+            raise _Unusable(f"its {what} {key!r} must be >= {low:g}; got {v!r}")
         return float(v)
 
     def _parse(self, msg: Message) -> _Reply:
+        """One train reply, after Flower's consistency checks; ``_Unusable`` when it cannot be
+        aggregated."""
         node = msg.metadata.src_node_id
-        if self._sent and node not in self._sent:
-            raise InconsistentMessageReplies(
-                f"a train reply came from node {node}, which was sent no train message in "
-                f"round {self._round}"
-            )
         content = msg.content
-        try:
-            _, metrics = _single_record(content, "MetricRecord", f"the train reply of node {node}")
-            key, arrays = _single_record(content, "ArrayRecord", f"the train reply of node {node}")
-        except ValueError as exc:
-            raise InconsistentMessageReplies(str(exc)) from exc
-        k = self._int_metric(metrics, CLIENT_ID, node, None, "the train reply")
-        if k >= self.num_clients:
-            raise InconsistentMessageReplies(
-                f"the train reply of node {node} has client id {k}, outside [0, {self.num_clients})"
-            )
-        known = self.node_clients.get(node)
-        if known is not None and known != k:
-            raise InconsistentMessageReplies(
-                f"node {node} holds client {known} but its train reply says client {k}"
-            )
-        n = self._int_metric(metrics, self.weighted_by_key, node, k, "the train reply")
-        if n < 1:
-            raise InconsistentMessageReplies(
-                f"metric {self.weighted_by_key!r} of node {node} (client {k}) must be >= 1"
+        metrics = next(iter(content.metric_records.values()))
+        key, arrays = next(iter(content.array_records.items()))
+        k = None
+        if CLIENT_ID in metrics:
+            v = metrics[CLIENT_ID]
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise _Unusable(f"its metric {CLIENT_ID!r} must be an int; got {v!r}")
+            assert self.num_clients is not None
+            if not 0 <= v < self.num_clients:
+                raise _Unusable(
+                    f"its client id {v} is outside [0, {self.num_clients}) (num_clients)"
+                )
+            k = int(v)
+            known = self.node_clients.get(node)
+            if known is not None and known != k:
+                raise InconsistentMessageReplies(
+                    f"node {node} holds client {known} but its train reply says client {k}"
+                )
+        w = metrics[self.weighted_by_key]
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+            raise _Unusable(
+                f"its weighting metric {self.weighted_by_key!r} must be a positive number; got "
+                f"{w!r}"
             )
         gradients = self.local.report == "gradients"
-        allowed = (GRADIENT_KEY,) if gradients else (DELTA_KEY, self.arrayrecord_key)
-        if key not in allowed:
+        if not gradients and key == GRADIENT_KEY:
             raise InconsistentMessageReplies(
-                f"the train reply of node {node} (client {k}) holds its arrays under {key!r}; "
-                f"rule {self.rule.name!r} expects {' or '.join(map(repr, allowed))}"
+                f"the train reply of node {node} holds its arrays under {key!r} (a gradient); "
+                f"rule {self.rule.name!r} aggregates updates or models"
             )
-        vec, layout = _flatten(arrays, f"the {key!r} arrays of node {node}")
+        if gradients and key != GRADIENT_KEY:
+            raise InconsistentMessageReplies(
+                f"the train reply of node {node} holds its arrays under {key!r}; rule "
+                f"{self.rule.name!r} is a gradient rule and expects {GRADIENT_KEY!r} "
+                "(fairagg_client_app sends it)"
+            )
+        try:
+            vec, layout = _flatten(arrays, f"the {key!r} arrays")
+        except (TypeError, ValueError) as exc:
+            raise _Unusable(str(exc)) from None
         assert self._layout is not None and self.params is not None
         if not _same_shapes(layout, self._layout):
-            raise InconsistentMessageReplies(
-                f"the {key!r} arrays of node {node} (client {k}) have layout {layout}; θ^t has "
-                f"{self._layout}"
-            )
-        if key == self.arrayrecord_key:
+            raise _Unusable(f"its {key!r} arrays have layout {layout}; θ^t has {self._layout}")
+        if not np.all(np.isfinite(vec)):
+            raise _Unusable(f"its {key!r} arrays hold NaN or infinity")
+        if not gradients and key != DELTA_KEY:
             vec = self.params - vec  # the client sent θ_k: δ_k = θ^t − θ_k
-        loss = self._float_metric(metrics, LOSS, node, k)
-        acc = self._float_metric(metrics, ACCURACY, node, k)
-        return _Reply(node, k, vec, n, loss, acc)
+        loss = self._real_metric(metrics, self.train_loss_key, "loss")
+        acc = self._real_metric(metrics, ACCURACY, "accuracy")
+        if acc is not None and acc > 1:
+            raise _Unusable(f"its accuracy {ACCURACY!r} must lie in [0, 1]; got {acc!r}")
+        return _Reply(node, k, vec, float(w), loss, acc, msg)
 
-    def _field(self, replies: Sequence[_Reply], attr: str, metric: str, need: str) -> Any:
+    def _needed(self, replies: Sequence[_Reply], attr: str, metric: str, need: str) -> Any:
         values = [getattr(r, attr) for r in replies]
-        missing = [r for r, v in zip(replies, values, strict=True) if v is None]
-        if not missing:
+        if all(v is not None for v in values):
             return np.array(values, dtype=np.float64)
-        if need in self.needs or len(missing) < len(replies):
-            r = missing[0]
-            why = (
-                f"rule {self.rule.name!r} needs it"
-                if need in self.needs
-                else "other replies of the round have it"
-            )
-            raise InconsistentMessageReplies(
-                f"the train reply of node {r.node} (client {r.client}) lacks the metric "
-                f"{metric!r} ({why})"
+        if need in self.needs:  # replies are consistent: none of them has it
+            have = sorted(next(iter(replies[0].msg.content.metric_records.values())).keys())
+            hint = " (set train_loss_key)" if need == "losses" else ""
+            raise AggregationError(
+                f"rule {self.rule.name!r} needs the {need} of the clients, under the metric "
+                f"{metric!r} of each train reply; the replies have {have}{hint}"
             )
         return None
+
+    def _assign(
+        self, replies: list[_Reply], drop: list[tuple[int, str]]
+    ) -> list[tuple[int, _Reply]]:
+        """Client indices of the replies: their client-id metric, else their node's index (new
+        nodes take the lowest free index, in increasing node id)."""
+        assert self.num_clients is not None
+        out = []
+        by_id = [r for r in replies if r.client is not None]
+        for r in by_id:
+            self.node_clients.setdefault(r.node, r.client)
+            out.append((r.client, r))
+        by_node = sorted((r for r in replies if r.client is None), key=lambda r: r.node)
+        taken = set(self.node_clients.values())
+        free = (i for i in range(self.num_clients) if i not in taken)
+        for r in by_node:
+            if r.node not in self.node_clients:
+                k = next(free, None)
+                if k is None:
+                    drop.append(
+                        (
+                            r.node,
+                            f"it is a new node and all K = {self.num_clients} client indices "
+                            "are taken (K is fixed at the first round: num_clients)",
+                        )
+                    )
+                    continue
+                self.node_clients[r.node] = k
+                taken.add(k)
+            out.append((self.node_clients[r.node], r))
+        return out
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Build the round's RoundReports from the replies and step the rule.
 
-        Returns θ^{t+1} in θ^t's layout, and a MetricRecord: ``clients`` m, ``failures``,
-        ``num-examples`` Σ n_k, the n_k-weighted mean and the maximum of F_k(θ^t) (``loss``,
-        ``loss-max``), of the accuracies (``accuracy``, ``accuracy-min``), and every finite
-        scalar of the rule's ``info`` as ``rule-<name>``.
+        Replies are checked with Flower's rules first (``InconsistentMessageReplies``), then
+        fairagg's (see the class docstring). Returns θ^{t+1} in θ^t's layout, and the
+        MetricRecord of ``train_metrics_aggr_fn`` over the aggregated replies, with fairagg's
+        ``fairagg-clients`` (m), ``fairagg-failures`` (error replies), ``fairagg-dropped``
+        (replies left out), ``fairagg-loss-max``, ``fairagg-accuracy-min``, the fairness summary
+        of the reported accuracies (``fairagg-worst_10``, ...) and every finite scalar of the
+        rule's ``info`` as ``fairagg-rule-<name>``.
         """
         replies = list(replies)
+        valid, failed = self._check_and_log_replies(replies, is_train=True)
         if self.params is None or self._round != server_round:
             raise AggregationError(
                 f"aggregate_train(server_round={server_round}) without a matching "
                 f"configure_train (θ^t is kept for round {self._round})"
             )
-        failed = [m for m in replies if m.has_error()]
-        valid = [m for m in replies if not m.has_error()]
-        log(
-            INFO,
-            "aggregate_train: received %d results and %d failures",
-            len(valid),
-            len(failed),
-        )
         for msg in failed:
-            log(
-                WARNING,
-                "\t> error in the reply of node %d: %s",
-                msg.metadata.src_node_id,
-                msg.error.reason,
-            )
-        if failed and self.on_failure == "raise":
-            reasons = "; ".join(
-                f"node {m.metadata.src_node_id}: {m.error.reason}" for m in failed[:5]
-            )
+            log(WARNING, "\t> left out: node %d: %s", msg.metadata.src_node_id, msg.error.reason)
+        if self._sent:
+            for msg in valid:
+                if msg.metadata.src_node_id not in self._sent:
+                    raise InconsistentMessageReplies(
+                        f"a train reply came from node {msg.metadata.src_node_id}, which was "
+                        f"sent no train message in round {self._round}"
+                    )
+        dropped: list[tuple[int, str]] = []
+        parsed = []
+        for msg in valid:
+            try:
+                parsed.append(self._parse(msg))
+            except _Unusable as exc:
+                dropped.append((msg.metadata.src_node_id, str(exc)))
+        assigned = self._assign(parsed, dropped)
+        for node, why in dropped:
+            log(WARNING, "\t> left out: node %d: %s", node, why)
+        if self.on_failure == "raise" and (failed or dropped):
+            reasons = [f"node {m.metadata.src_node_id}: {m.error.reason}" for m in failed]
+            reasons += [f"node {n}: {why}" for n, why in dropped]
             raise AggregationError(
-                f"{len(failed)} train replies carry errors (on_failure='raise'): {reasons}"
+                f"{len(reasons)} train replies failed or cannot be aggregated "
+                f"(on_failure='raise'): {'; '.join(reasons[:5])}"
             )
-        parsed = [self._parse(m) for m in valid]
-        ids = [r.client for r in parsed]
+        ids = [k for k, _ in assigned]
         if len(set(ids)) != len(ids):
             dup = sorted({k for k in ids if ids.count(k) > 1})
             raise InconsistentMessageReplies(f"several train replies claim client ids {dup}")
-        for r in parsed:
-            self.node_clients.setdefault(r.node, r.client)
+        assert self.num_clients is not None
         if self.full_participation and len(ids) != self.num_clients:
             missing = sorted(set(range(self.num_clients)) - set(ids))
             raise AggregationError(
                 f"rule {self.rule.name!r} needs all K = {self.num_clients} clients every round; "
-                f"round {server_round} has no reply from clients {missing[:20]}"
+                f"round {server_round} has no usable reply from clients {missing[:20]}"
             )
-        if not parsed:
+        if not assigned:
             self._round = None
             return None, None
         if self._selected is not None:
             position = {int(k): i for i, k in enumerate(self._selected)}
-            parsed.sort(key=lambda r: position.get(r.client, len(position) + r.client))
+            assigned.sort(key=lambda kr: position.get(kr[0], len(position) + kr[0]))
         else:
-            parsed.sort(key=lambda r: r.client)
-        ids_arr = np.array([r.client for r in parsed], dtype=np.int64)
-        n = np.array([r.num_examples for r in parsed], dtype=np.int64)
-        losses = self._field(parsed, "loss", LOSS, "losses")
-        accs = self._field(parsed, "accuracy", ACCURACY, "accuracies")
+            assigned.sort(key=lambda kr: kr[0])
+        usable = [r for _, r in assigned]
+        ids_arr = np.array([k for k, _ in assigned], dtype=np.int64)
+        weights = np.array([r.weight for r in usable], dtype=np.float64)
+        n = weights.astype(np.int64) if np.all(weights == np.round(weights)) else weights
+        losses = self._needed(usable, "loss", self.train_loss_key, "losses")
+        accs = self._needed(usable, "accuracy", ACCURACY, "accuracies")
         counts = self.participations[ids_arr] + 1  # committed once the rule has stepped
-        matrix = np.stack([r.vector for r in parsed])
+        matrix = np.stack([r.vector for r in usable])
         gradients = self.local.report == "gradients"
         reports = make_reports(
             None if gradients else matrix,
@@ -1020,21 +1211,32 @@ class FairaggStrategy(FedAvg):
         self.participations[ids_arr] = counts
         self.reported_params = np.asarray(reported)
         self._reported_is_model = "model" in agg.info
-        new = np.asarray(agg.params)
-        metrics = MetricRecord(
-            {"clients": len(parsed), "failures": len(failed), NUM_EXAMPLES: int(n.sum())}
-        )
-        w = n / n.sum()
+        contents = [r.msg.content for r in usable]
+        if self._others:
+            in_order = [r.msg.content for r in sorted(usable, key=lambda r: valid.index(r.msg))]
+            w_in_order = np.array(
+                [r.weight for r in sorted(usable, key=lambda r: valid.index(r.msg))]
+            )
+            self._others = _flower_average(in_order, w_in_order, list(self._others))
+        metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+        if metrics is None:
+            metrics = MetricRecord()
+        if CLIENT_ID in metrics:
+            del metrics[CLIENT_ID]  # an average of client ids means nothing
+        metrics["fairagg-clients"] = len(usable)
+        metrics["fairagg-failures"] = len(failed)
+        metrics["fairagg-dropped"] = len(dropped)
         if losses is not None:
-            metrics[LOSS] = float(w @ losses)
-            metrics["loss-max"] = float(losses.max())
+            metrics["fairagg-loss-max"] = float(losses.max())
         if accs is not None:
-            metrics[ACCURACY] = float(w @ accs)
-            metrics["accuracy-min"] = float(accs.min())
+            metrics["fairagg-accuracy-min"] = float(accs.min())
+            for key, value in fairness_summary(accs, _counts(weights)).items():
+                if value is not None:
+                    metrics[f"fairagg-{key}"] = float(value)
         for name, value in agg.info.items():
             v = _scalar(value)
             if v is not None:
-                metrics[f"rule-{name}"] = v
+                metrics[f"fairagg-rule-{name}"] = v
         self.rounds.append(
             RoundLog(
                 server_round,
@@ -1044,11 +1246,13 @@ class FairaggStrategy(FedAvg):
                 tuple(m.metadata.src_node_id for m in failed),
                 agg.info,
                 time.perf_counter() - self._started,
+                tuple(dropped),
+                tuple(r.node for r in usable),
             )
         )
         self._round = None
         assert self._layout is not None
-        return _unflatten(new, self._layout), metrics
+        return _unflatten(np.asarray(agg.params), self._layout, self._others), metrics
 
     # --- evaluation -----------------------------------------------------------------------------
     def configure_evaluate(
@@ -1058,42 +1262,37 @@ class FairaggStrategy(FedAvg):
         not the iterate ``arrays``."""
         if self._reported_is_model and self.reported_params is not None:
             assert self._layout is not None
-            arrays = _unflatten(self.reported_params, self._layout)
+            arrays = _unflatten(self.reported_params, self._layout, self._others)
         return super().configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """The test-set-size-weighted mean ``loss`` and ``accuracy`` (a fraction) of the
-        evaluate replies, and :func:`fairagg.metrics.fairness_summary` of their accuracies as
-        ``fairness-<key>`` (``fairness-worst_20``, ``fairness-variance``, ...: percent, as that
-        function reports them); FedAvg's aggregation when the replies hold no ``accuracy``."""
+        """FedAvg's aggregation of the evaluate replies (``evaluate_metrics_aggr_fn``), with
+        :func:`fairagg.metrics.fairness_summary` of their accuracies added as ``fairagg-<key>``
+        (``fairagg-worst_10``, ``fairagg-variance``, ...: percent, as that function reports
+        them) when the replies hold an accuracy (``evaluate_accuracy_key``)."""
         replies = list(replies)
-        valid = [m for m in replies if not m.has_error()]
-        records = []
-        for msg in valid:
-            if len(msg.content.metric_records) != 1:
-                return super().aggregate_evaluate(server_round, replies)
-            records.append(next(iter(msg.content.metric_records.values())))
-        if not records or not all(
-            ACCURACY in r and LOSS in r and self.weighted_by_key in r for r in records
-        ):
-            return super().aggregate_evaluate(server_round, replies)
-        log(
-            INFO,
-            "aggregate_evaluate: %d results, %d failures",
-            len(valid),
-            len(replies) - len(valid),
+        valid, _ = self._check_and_log_replies(replies, is_train=False)
+        if not valid:
+            return None
+        contents = [m.content for m in valid]
+        metrics = self.evaluate_metrics_aggr_fn(contents, self.weighted_by_key)
+        records = [next(iter(c.metric_records.values())) for c in contents]
+        keys = (
+            (self.evaluate_accuracy_key,)
+            if self.evaluate_accuracy_key is not None
+            else (ACCURACY, "eval_acc")
         )
-        n = np.array([r[self.weighted_by_key] for r in records], dtype=np.float64)
-        acc = np.array([r[ACCURACY] for r in records], dtype=np.float64)
-        loss = np.array([r[LOSS] for r in records], dtype=np.float64)
-        w = n / n.sum()
-        out = MetricRecord({LOSS: float(w @ loss), ACCURACY: float(w @ acc)})
-        for key, value in fairness_summary(acc, n.astype(np.int64)).items():
-            if value is not None:
-                out[f"fairness-{key}"] = float(value)
-        return out
+        key = next((k for k in keys if k in records[0]), None)
+        if metrics is not None and key is not None:
+            acc = np.array([r[key] for r in records], dtype=np.float64)
+            n = np.array([r[self.weighted_by_key] for r in records], dtype=np.float64)
+            if np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1)) and np.all(n > 0):
+                for name, value in fairness_summary(acc, _counts(n)).items():
+                    if value is not None:
+                        metrics[f"fairagg-{name}"] = float(value)
+        return metrics
 
 
 # --------------------------------------------------------------------------------------------

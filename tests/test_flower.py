@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -25,7 +26,15 @@ with warnings.catch_warnings():
     )
     pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import (  # noqa: E402
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp.exception import (  # noqa: E402
     AggregationError,
     InconsistentMessageReplies,
@@ -42,6 +51,7 @@ from fairagg.flower import (  # noqa: E402
     LOSS,
     NUM_EXAMPLES,
     TRAIN_CONFIG_KEYS,
+    TRAIN_LOSS,
     FairaggStrategy,
     InProcessGrid,
     arrays_to_params,
@@ -86,7 +96,12 @@ def _strategy(rule, *, mode="fairagg", m=4, **kw):
 
 
 def _metrics(k, n, loss, acc, drop=()):
-    values = {NUM_EXAMPLES: int(n), CLIENT_ID: int(k), LOSS: float(loss), ACCURACY: float(acc)}
+    values = {
+        NUM_EXAMPLES: int(n),
+        CLIENT_ID: int(k),
+        TRAIN_LOSS: float(loss),
+        ACCURACY: float(acc),
+    }
     return MetricRecord({key: v for key, v in values.items() if key not in drop})
 
 
@@ -104,7 +119,8 @@ def _reply(msg, key, vector, metrics):
 @pytest.mark.parametrize("name", NAMES)
 def test_aggregation_equals_rule_on_the_same_replies(name, mode, fed):
     """Three rounds of replies built by hand (random δ_k or g_k, n_k, F_k(θ^t), accuracies),
-    delivered in a shuffled order, half of the δ rules' clients sending θ_k instead of δ_k: the
+    delivered in a shuffled order, the δ rules' clients sending θ_k instead of δ_k in round 2
+    (all replies of a round alike: Flower's consistency rules): the
     strategy's θ^{t+1} and weights equal ``rule.step`` on the same numbers, with the rule state
     carried across rounds and f_k counted as the rounds a client took part in."""
     rule = make_rule(name)
@@ -132,7 +148,7 @@ def test_aggregation_equals_rule_on_the_same_replies(name, mode, fed):
             if gradients:
                 replies.append(_reply(msg, GRADIENT_KEY, rows[i], metrics))
                 used[i] = rows[i]
-            elif i % 2:  # θ_k = θ^t − δ_k under the strategy's arrays key
+            elif r == 2:  # θ_k = θ^t − δ_k under the strategy's arrays key
                 replies.append(_reply(msg, "arrays", theta - rows[i], metrics))
                 used[i] = theta - (theta - rows[i])
             else:
@@ -168,8 +184,12 @@ def test_aggregation_equals_rule_on_the_same_replies(name, mode, fed):
         np.testing.assert_array_equal(strategy.participations, counts)
         if "model" in agg.info:  # AFL's average of iterates, which configure_evaluate sends
             assert_close(strategy.reported_params, agg.info["model"])
-        assert agg_metrics["clients"] == m and agg_metrics["failures"] == 0
-        assert agg_metrics[LOSS] == pytest.approx(float(n @ losses / n.sum()), rel=1e-12)
+        assert agg_metrics["fairagg-clients"] == m and agg_metrics["fairagg-failures"] == 0
+        assert agg_metrics["fairagg-dropped"] == 0
+        assert agg_metrics[TRAIN_LOSS] == pytest.approx(float(n @ losses / n.sum()), rel=1e-12)
+        assert agg_metrics[ACCURACY] == pytest.approx(float(n @ accs / n.sum()), rel=1e-12)
+        assert agg_metrics["fairagg-loss-max"] == losses.max()
+        assert CLIENT_ID not in agg_metrics
         theta, state, arrays = agg.params, agg.state, new
 
 
@@ -252,8 +272,8 @@ def test_federated_evaluation_reports_test_metrics(fed):
     n_test = np.diff(fed.data.test_offsets)
     assert out[ACCURACY] == pytest.approx(float(acc @ n_test / n_test.sum()), rel=1e-12)
     assert out[LOSS] == pytest.approx(float(loss @ n_test / n_test.sum()), rel=1e-12)
-    assert out["fairness-min"] == pytest.approx(100.0 * acc.min(), rel=1e-12)
-    assert out["fairness-client_mean"] == pytest.approx(100.0 * acc.mean(), rel=1e-12)
+    assert out["fairagg-min"] == pytest.approx(100.0 * acc.min(), rel=1e-12)
+    assert out["fairagg-client_mean"] == pytest.approx(100.0 * acc.mean(), rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +313,7 @@ def test_qfedavg_matches_flower_qfedavg(q, fed):
     theirs = QFedAvg(
         client_learning_rate=lr,
         q=q,
-        train_loss_key=LOSS,
+        train_loss_key=TRAIN_LOSS,
         fraction_evaluate=0.0,
         min_available_nodes=K,
     )
@@ -313,7 +333,7 @@ def test_flower_qfedavg_at_q0_is_the_unweighted_mean_not_fedavg(fed):
         theirs = QFedAvg(
             client_learning_rate=0.05,
             q=0.0,
-            train_loss_key=LOSS,
+            train_loss_key=TRAIN_LOSS,
             fraction_evaluate=0.0,
             min_available_nodes=K,
         )
@@ -335,7 +355,7 @@ def test_flower_qfedavg_overflows_where_fairagg_rescales(fed):
     theirs = QFedAvg(
         client_learning_rate=lr,
         q=q,
-        train_loss_key=LOSS,
+        train_loss_key=TRAIN_LOSS,
         fraction_evaluate=0.0,
         min_available_nodes=K,
     )
@@ -449,7 +469,7 @@ def test_client_reply_equals_local_training(name, hyper, extra, fed):
             acc = trained_accuracies(fed.model, theta, alone.deltas, fed.data, [k])[0]
         np.testing.assert_array_equal(vec, alone.deltas[0])
         np.testing.assert_array_equal(vec, together.deltas[i])
-        assert metrics[LOSS] == alone.losses[0] == together.losses[i]
+        assert metrics[TRAIN_LOSS] == alone.losses[0] == together.losses[i]
         assert metrics[ACCURACY] == acc
         assert metrics[NUM_EXAMPLES] == fed.n_train[k] and metrics[CLIENT_ID] == k
 
@@ -500,7 +520,7 @@ def test_error_replies_are_dropped_or_raise(fed):
     )
     assert sum(r.has_error() for r in replies) == len(failing)
     new, metrics = strategy.aggregate_train(1, replies)
-    assert metrics["failures"] == 2 and metrics["clients"] == K - 2
+    assert metrics["fairagg-failures"] == 2 and metrics["fairagg-clients"] == K - 2
     ok = np.array([k for k in range(K) if k not in failing])
     local = train_clients(fed.model, theta, fed.data, ok, epochs=1, batch_size=10, lr=0.01)
     expected = make_rule("fedavg").step(
@@ -537,44 +557,56 @@ def _one_round(fed, name="fedavg"):
 
 
 @pytest.mark.parametrize(
-    ("name", "metric"),
+    ("name", "metric", "match"),
     [
-        ("qfedavg", LOSS),
-        ("fedfa", ACCURACY),
-        ("fedavg", CLIENT_ID),
-        ("fedavg", NUM_EXAMPLES),
+        ("qfedavg", TRAIN_LOSS, "needs the losses of the clients, under the metric 'train_loss'"),
+        ("fedfa", ACCURACY, "needs the accuracies of the clients, under the metric 'accuracy'"),
     ],
 )
-def test_missing_metric_is_named(name, metric, fed):
+def test_a_metric_the_rule_needs_is_named(name, metric, match, fed):
     strategy, sent, ids, theta = _one_round(fed, name)
     replies = [
         _reply(msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(metric,)))
         for msg, k in zip(sent, ids, strict=True)
     ]
-    with pytest.raises(InconsistentMessageReplies, match=f"lacks the metric '{metric}'"):
+    with pytest.raises(AggregationError, match=match):
         strategy.aggregate_train(1, replies)
 
 
-def test_metric_missing_from_one_reply_only_is_named(fed):
+def test_the_weighting_metric_is_checked_as_flower_does(fed):
+    strategy, sent, ids, theta = _one_round(fed, "fedavg")
+    replies = [
+        _reply(
+            msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(NUM_EXAMPLES,))
+        )
+        for msg, k in zip(sent, ids, strict=True)
+    ]
+    with pytest.raises(InconsistentMessageReplies, match="Missing required key `num-examples`"):
+        strategy.aggregate_train(1, replies)
+
+
+def test_metric_missing_from_one_reply_only_is_inconsistent(fed):
     strategy, sent, ids, _ = _one_round(fed, "fedavg")  # fedavg reads no loss, but all or none
     replies = [
-        _reply(msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(LOSS,) * i))
+        _reply(
+            msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(TRAIN_LOSS,) * i)
+        )
         for i, (msg, k) in enumerate(zip(sent, ids, strict=True))
     ]
-    with pytest.raises(InconsistentMessageReplies, match=f"node {sent[1].metadata.dst_node_id}"):
+    with pytest.raises(InconsistentMessageReplies, match="same keys"):
         strategy.aggregate_train(1, replies)
     # Without any loss, fedavg aggregates.
     strategy, sent, ids, theta = _one_round(fed, "fedavg")
     replies = [
-        _reply(msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(LOSS,)))
+        _reply(msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, 1.0, 0.5, drop=(TRAIN_LOSS,)))
         for msg, k in zip(sent, ids, strict=True)
     ]
     new, metrics = strategy.aggregate_train(1, replies)
     assert_close(arrays_to_params(new), theta - 0.01)
-    assert LOSS not in metrics
+    assert TRAIN_LOSS not in metrics and "fairagg-loss-max" not in metrics
 
 
-def test_malformed_replies_raise(fed):
+def test_inconsistent_replies_raise(fed):
     def attempt(make, match):
         strategy, sent, ids, _ = _one_round(fed, "fedavg")
         replies = [make(i, msg, k) for i, (msg, k) in enumerate(zip(sent, ids, strict=True))]
@@ -586,11 +618,6 @@ def test_malformed_replies_raise(fed):
         lambda i, msg, k: _reply(msg, GRADIENT_KEY, good, _metrics(k, 10, 1, 1)),
         "holds its arrays under 'gradient'",
     )
-    attempt(lambda i, msg, k: _reply(msg, DELTA_KEY, good[:-1], _metrics(k, 10, 1, 1)), "layout")
-    attempt(
-        lambda i, msg, k: _reply(msg, DELTA_KEY, good, _metrics(K + i, 10, 1, 1)),
-        r"outside \[0, 7\)",
-    )
     attempt(
         lambda i, msg, k: _reply(msg, DELTA_KEY, good, _metrics((k + 1) % K, 10, 1, 1)),
         "holds client",
@@ -599,6 +626,90 @@ def test_malformed_replies_raise(fed):
         lambda i, msg, k: Message(RecordDict({"metrics": _metrics(k, 10, 1, 1)}), reply_to=msg),
         "exactly one ArrayRecord",
     )
+    attempt(  # differently named MetricRecords (Flower's rule)
+        lambda i, msg, k: Message(
+            RecordDict({"arrays": params_to_arrays(good), f"metrics{i}": _metrics(k, 10, 1, 1)}),
+            reply_to=msg,
+        ),
+        "same keys",
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (
+            lambda fed, i, msg, k: _reply(
+                msg, DELTA_KEY, np.full(fed.d - 1, 0.01), _metrics(k, 10, 1, 1)
+            ),
+            "layout",
+        ),
+        (
+            lambda fed, i, msg, k: Message(
+                RecordDict(
+                    {
+                        DELTA_KEY: ArrayRecord({"theta": Array(np.full(fed.d, np.nan))}),
+                        "metrics": _metrics(k, 10, 1, 1),
+                    }
+                ),
+                reply_to=msg,
+            ),
+            "NaN or infinity",
+        ),
+        (
+            lambda fed, i, msg, k: _reply(
+                msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(K + i, 10, 1, 1)
+            ),
+            r"outside \[0, 7\)",
+        ),
+        (
+            lambda fed, i, msg, k: _reply(
+                msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, float("nan"), 1)
+            ),
+            "'train_loss' must be a finite number",
+        ),
+        (
+            lambda fed, i, msg, k: _reply(
+                msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 10, -1.0, 1)
+            ),
+            "'train_loss' must be >= 0",
+        ),
+        (
+            lambda fed, i, msg, k: _reply(
+                msg, DELTA_KEY, np.full(fed.d, 0.01), _metrics(k, 0, 1, 1)
+            ),
+            "must be a positive number",
+        ),
+    ],
+    ids=["layout", "nan", "client-id", "nan-loss", "negative-loss", "zero-weight"],
+)
+def test_a_reply_that_cannot_be_aggregated_is_left_out_or_raises(make, why, fed):
+    """The bad reply is the second of three: with on_failure="drop" the round goes on with the
+    other two (logged, counted, named in the round log); with "raise" it is an AggregationError
+    naming the node and the reason."""
+    for on_failure in ("drop", "raise"):
+        strategy = FairaggStrategy("qfedavg", K, clients_per_round=3, seed=0, on_failure=on_failure)
+        grid = InProcessGrid(fed.app, K)
+        theta = fed.model.init_params(0)
+        sent = list(strategy.configure_train(1, params_to_arrays(theta), ConfigRecord(), grid))
+        ids = [grid.partition_of[m.metadata.dst_node_id] for m in sent]
+        replies = [
+            make(fed, i, msg, k)
+            if i == 1
+            else _reply(msg, DELTA_KEY, np.full(fed.d, 0.01 * (i + 1)), _metrics(k, 10, 1.0, 1))
+            for i, (msg, k) in enumerate(zip(sent, ids, strict=True))
+        ]
+        bad = sent[1].metadata.dst_node_id
+        if on_failure == "raise":
+            with pytest.raises(AggregationError, match=f"node {bad}: .*{why}"):
+                strategy.aggregate_train(1, replies)
+            continue
+        new, metrics = strategy.aggregate_train(1, replies)
+        assert metrics["fairagg-dropped"] == 1 and metrics["fairagg-clients"] == 2
+        log = strategy.rounds[-1]
+        assert [n for n, _ in log.dropped] == [bad] and re.search(why, log.dropped[0][1])
+        assert bad not in log.nodes and sorted(log.client_ids) == sorted([ids[0], ids[2]])
+        assert strategy.participations[ids[1]] == 0
 
 
 def test_gradient_rule_rejects_delta_replies(fed):
