@@ -639,6 +639,11 @@ class FairaggStrategy(FedAvg):
       which :func:`fairagg_client_app` sends; a template ClientApp's training loss is an
       average during training: a rule then aggregates with that instead.
     - The weighting metric (``weighted_by_key``) may be any positive number, as in ``FedAvg``.
+    - The SGD-type rules (AFL, q-FedSGD: ``LocalSpec.report == "gradients"``) read g_k from a
+      ``"gradient"`` ArrayRecord (:func:`fairagg_client_app` sends it); from a model or update
+      reply they take the pseudo-gradient (θ^t − θ_k) / ``lr``, which is g_k when the client
+      took one full-batch gradient step of size ``lr``, and an average of its steps' gradients
+      otherwise.
     - Replies are validated with Flower's rules first (``InconsistentMessageReplies``), then
       fairagg's: a reply that cannot be aggregated (non-finite arrays, another layout, a missing
       or invalid loss or weight, a client index out of range) is treated as a failed reply:
@@ -810,8 +815,6 @@ class FairaggStrategy(FedAvg):
         self.num_clients = K
         self.client_sizes = np.zeros(K, dtype=np.int64)
         self.participations = np.zeros(K, dtype=np.int64)
-        if self.full_participation and self.clients_per_round is None:
-            self.clients_per_round = K
 
     # --- configuration --------------------------------------------------------------------------
     def summary(self) -> None:
@@ -1048,12 +1051,6 @@ class FairaggStrategy(FedAvg):
                 f"the train reply of node {node} holds its arrays under {key!r} (a gradient); "
                 f"rule {self.rule.name!r} aggregates updates or models"
             )
-        if gradients and key != GRADIENT_KEY:
-            raise InconsistentMessageReplies(
-                f"the train reply of node {node} holds its arrays under {key!r}; rule "
-                f"{self.rule.name!r} is a gradient rule and expects {GRADIENT_KEY!r} "
-                "(fairagg_client_app sends it)"
-            )
         try:
             vec, layout = _flatten(arrays, f"the {key!r} arrays")
         except (TypeError, ValueError) as exc:
@@ -1063,8 +1060,12 @@ class FairaggStrategy(FedAvg):
             raise _Unusable(f"its {key!r} arrays have layout {layout}; θ^t has {self._layout}")
         if not np.all(np.isfinite(vec)):
             raise _Unusable(f"its {key!r} arrays hold NaN or infinity")
-        if not gradients and key != DELTA_KEY:
+        if key not in (DELTA_KEY, GRADIENT_KEY):
             vec = self.params - vec  # the client sent θ_k: δ_k = θ^t − θ_k
+        if gradients and key != GRADIENT_KEY:
+            # an SGD-type rule on updates: the pseudo-gradient δ_k / lr, g_k itself when the
+            # client took one full-batch step of size lr (the class docstring says so)
+            vec = vec / self.lr
         loss = self._real_metric(metrics, self.train_loss_key, "loss")
         acc = self._real_metric(metrics, ACCURACY, "accuracy")
         if acc is not None and acc > 1:
@@ -1137,13 +1138,6 @@ class FairaggStrategy(FedAvg):
             )
         for msg in failed:
             log(WARNING, "\t> left out: node %d: %s", msg.metadata.src_node_id, msg.error.reason)
-        if self._sent:
-            for msg in valid:
-                if msg.metadata.src_node_id not in self._sent:
-                    raise InconsistentMessageReplies(
-                        f"a train reply came from node {msg.metadata.src_node_id}, which was "
-                        f"sent no train message in round {self._round}"
-                    )
         dropped: list[tuple[int, str]] = []
         parsed = []
         for msg in valid:

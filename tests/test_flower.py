@@ -712,14 +712,30 @@ def test_a_reply_that_cannot_be_aggregated_is_left_out_or_raises(make, why, fed)
         assert strategy.participations[ids[1]] == 0
 
 
-def test_gradient_rule_rejects_delta_replies(fed):
-    strategy, sent, ids, _ = _one_round(fed, "qfedsgd")
-    replies = [
-        _reply(m, DELTA_KEY, np.zeros(fed.d), _metrics(k, 10, 1, 1))
-        for m, k in zip(sent, ids, strict=True)
-    ]
-    with pytest.raises(InconsistentMessageReplies, match="expects 'gradient'"):
-        strategy.aggregate_train(1, replies)
+@pytest.mark.parametrize("key", [DELTA_KEY, "arrays"])
+def test_gradient_rule_takes_updates_as_pseudo_gradients(key, fed):
+    """q-FedSGD on δ_k (or θ_k) replies reads g_k = δ_k / lr: the same step as on those
+    gradients."""
+    lr = 0.01
+    results = {}
+    for kind in ("gradient", key):
+        strategy = FairaggStrategy("qfedsgd", K, clients_per_round=3, seed=0, lr=lr)
+        grid = InProcessGrid(fed.app, K)
+        theta = fed.model.init_params(0) + 0.1
+        sent = list(strategy.configure_train(1, params_to_arrays(theta), ConfigRecord(), grid))
+        ids = [grid.partition_of[m.metadata.dst_node_id] for m in sent]
+        rows = np.random.default_rng(4).normal(scale=0.1, size=(3, fed.d))
+        replies = []
+        for i, (m, k) in enumerate(zip(sent, ids, strict=True)):
+            vec = {"gradient": rows[i], DELTA_KEY: lr * rows[i], "arrays": theta - lr * rows[i]}[
+                kind
+            ]
+            replies.append(
+                _reply(m, GRADIENT_KEY if kind == "gradient" else kind, vec, _metrics(k, 10, 1, 1))
+            )
+        new, _ = strategy.aggregate_train(1, replies)
+        results[kind] = arrays_to_params(new)
+    assert_close(results[key], results["gradient"])
 
 
 def test_a_client_without_the_query_handler_is_reported(fed):
