@@ -12,15 +12,17 @@ Server side, :class:`FairaggStrategy` subclasses Flower's ``FedAvg`` and runs on
    round, picks the clients and puts everything they need in the train config
    (:data:`TRAIN_CONFIG_KEYS`: the seed, t, the local-training settings and the rule's
    :class:`~fairagg.types.LocalSpec`).
-2. ``aggregate_train`` reads each reply: one ArrayRecord, ``"delta"`` (δ_k = θ^t − θ_k),
-   ``"gradient"`` (g_k = ∇F_k(θ^t), for the rules whose ``LocalSpec.report`` is
-   ``"gradients"``) or the client's model θ_k under the strategy's ``arrayrecord_key`` (δ_k is
-   then θ^t − θ_k in float64), and one MetricRecord with :data:`NUM_EXAMPLES` n_k,
-   :data:`CLIENT_ID` k, :data:`LOSS` F_k(θ^t) (the received model's mean training loss *before*
-   local training) and :data:`ACCURACY` (training accuracy of θ^t, or of θ_k for
-   ``accuracy_source="local"``). It counts participations f_k itself, orders the clients as the
-   simulator does, builds :class:`~fairagg.types.RoundReports` and returns
-   ``rule.step(θ^t, reports, state).params`` as the next global ArrayRecord.
+2. ``aggregate_train`` checks the replies with Flower's consistency rules, then reads each:
+   one ArrayRecord, ``"delta"`` (δ_k = θ^t − θ_k), ``"gradient"`` (g_k = ∇F_k(θ^t), for the
+   rules whose ``LocalSpec.report`` is ``"gradients"``) or, under any other name, the client's
+   model θ_k (δ_k is then θ^t − θ_k), and one MetricRecord with the weighting metric n_k
+   (:data:`NUM_EXAMPLES` by default), optionally :data:`CLIENT_ID` k (else the client is the
+   replying node), :data:`TRAIN_LOSS` F_k(θ^t) (the received model's mean training loss *before*
+   local training; the strategy's ``train_loss_key``) and :data:`ACCURACY` (training accuracy of
+   θ^t, or of θ_k for ``accuracy_source="local"``). It counts participations f_k itself, orders
+   the clients as the simulator does, builds :class:`~fairagg.types.RoundReports` and returns
+   ``rule.step(θ^t, reports, state).params`` as the next global ArrayRecord. Any Flower
+   ClientApp written for ``FedAvg`` works unchanged (see :class:`FairaggStrategy`).
 
 Client selection. With ``clients_per_round=m`` the strategy samples client ids exactly as
 ``fairagg.simulate``: ``sample_clients(K, m, default_rng([seed, 0, t]), scheme=sampling)``.
@@ -39,11 +41,13 @@ one client with the seed and round of the config, so that its δ_k is the simula
 A client's id is its node's ``"partition-id"`` (what Flower's simulation engine sets; start a
 SuperNode with ``--node-config "partition-id=3 num-partitions=30"``).
 
-Failures. A reply that carries an error (the ClientApp raised, the node vanished) is logged and
-left out, as in ``FedAvg`` (``on_failure="raise"`` stops the run instead); a rule that needs all
-K clients (``RuleSpec.full_participation``) raises ``AggregationError`` naming the missing ones.
-A reply that is malformed (a metric missing, arrays of the wrong shape, a client id out of
-range) raises Flower's ``InconsistentMessageReplies`` naming the node, client and metric.
+Failures. A reply that carries an error (the ClientApp raised, the node vanished), or that
+cannot be aggregated (NaN or infinity, another layout, an invalid loss or weight, a client id out
+of range), is logged and left out (``on_failure="raise"`` stops the run instead, naming the
+node); a rule that needs all K clients (``RuleSpec.full_participation``) raises
+``AggregationError`` naming the missing ones. Replies that break Flower's consistency rules
+(several records, differing metric keys, no weighting metric) raise Flower's
+``InconsistentMessageReplies``.
 
 :class:`InProcessGrid` runs a ClientApp on virtual nodes in this process (no Ray, no
 SuperLink): the tests drive the strategy through it, and ``Strategy.start`` accepts it.
@@ -115,6 +119,7 @@ __all__ = [
     "TRAIN_CONFIG_KEYS",
     "TRAIN_LOSS",
     "FairaggStrategy",
+    "QFedAvg",
     "InProcessGrid",
     "RoundLog",
     "arrays_to_params",
@@ -1287,6 +1292,36 @@ class FairaggStrategy(FedAvg):
                     if value is not None:
                         metrics[f"fairagg-{name}"] = float(value)
         return metrics
+
+
+class QFedAvg(FairaggStrategy):
+    """Flower's ``QFedAvg``, same arguments, fairagg's exact q-FedAvg (q-FFL, Alg. 1).
+
+    ``QFedAvg(client_learning_rate, q=0.1, train_loss_key="train_loss", **fedavg_kwargs)`` is
+    ``FairaggStrategy(make_rule("qfedavg", q=q), lr=client_learning_rate,
+    train_loss_key=train_loss_key, **fedavg_kwargs)``: L = 1/``client_learning_rate`` as in
+    Flower, the loss read from ``train_loss_key``, replies with the clients' models under any
+    record name. The defaults are Flower's (q = 0.1; fairagg's ``qfedavg`` rule defaults to
+    q = 1). What differs from Flower's class: the step is computed with every F̃_k^q divided by
+    the largest first, so large q or losses stay finite where Flower's overflows to NaN, and the
+    summation order is fairagg's (the two agree to round-off elsewhere; tested); a reply that
+    cannot be aggregated is left out (``on_failure``) instead of ending the run. The loss the
+    paper means is F_k(θ^t), the received model's loss before local training.
+    """
+
+    def __init__(
+        self,
+        client_learning_rate: float,
+        q: float = 0.1,
+        train_loss_key: str = TRAIN_LOSS,
+        **fedavg_kwargs: Any,
+    ) -> None:
+        lr = check_real(client_learning_rate, "client_learning_rate", low=0.0, low_open=True)
+        q = check_real(q, "q", low=0.0)
+        super().__init__(
+            make_rule("qfedavg", q=q), lr=lr, train_loss_key=train_loss_key, **fedavg_kwargs
+        )
+        self.client_learning_rate, self.q = lr, q
 
 
 # --------------------------------------------------------------------------------------------

@@ -439,3 +439,44 @@ def test_integer_and_float16_arrays() -> None:
     expected, _ = flower.aggregate_train(1, replies)
     assert counter.shape == () and counter == expected["num_batches_tracked"].numpy()
     assert counter.dtype == expected["num_batches_tracked"].numpy().dtype
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 2.0])
+def test_qfedavg_with_flowers_arguments_equals_flowers_qfedavg(q: float) -> None:
+    from flwr.serverapp.strategy import QFedAvg as FlowerQFedAvg
+
+    from fairagg.flower import QFedAvg
+
+    parts = _partitions(3)
+    kw = {"client_learning_rate": 0.1, "q": q, "train_loss_key": "train_loss"}
+    ours, _ = _run(QFedAvg(**kw, fraction_evaluate=0.0), template_app(parts), 3)
+    theirs, _ = _run(FlowerQFedAvg(**kw, fraction_evaluate=0.0), template_app(parts), 3)
+    for a, b in zip(
+        ours.arrays.to_numpy_ndarrays(), theirs.arrays.to_numpy_ndarrays(), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+    assert QFedAvg(client_learning_rate=0.1).q == 0.1  # Flower's default
+
+
+def test_qfedavg_names_its_arguments() -> None:
+    from fairagg.flower import QFedAvg
+
+    with pytest.raises(ValueError, match="client_learning_rate"):
+        QFedAvg(client_learning_rate=0.0)
+    with pytest.raises(ValueError, match="q must be"):
+        QFedAvg(client_learning_rate=0.1, q=-1.0)
+
+
+def test_template_evaluate_replies_get_fairaggs_summary() -> None:
+    strategy = FairaggStrategy("fedavg")
+    accs = [0.5, 0.75, 1.0]
+    replies = []
+    for i, a in enumerate(accs):
+        m = create_mock_reply(ArrayRecord(), 1)
+        m.content = RecordDict(
+            {"metrics": MetricRecord({"eval_loss": 0.1 * i, "eval_acc": a, "num-examples": 10})}
+        )
+        replies.append(m)
+    out = strategy.aggregate_evaluate(1, replies)
+    assert out["eval_acc"] == pytest.approx(0.75) and out["eval_loss"] == pytest.approx(0.1)
+    assert out["fairagg-min"] == pytest.approx(50.0) and out["fairagg-max"] == pytest.approx(100.0)
