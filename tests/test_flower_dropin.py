@@ -39,6 +39,7 @@ with warnings.catch_warnings():
     from flwr.serverapp.exception import InconsistentMessageReplies
     from flwr.serverapp.strategy import FedAvg
 
+from fairagg import RULES  # noqa: E402
 from fairagg.flower import FairaggStrategy, InProcessGrid  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
@@ -369,14 +370,15 @@ def test_fedavg_on_a_template_app_equals_flower_fedavg() -> None:
     assert last["fairagg-clients"] == NODES
 
 
-@pytest.mark.parametrize("rule", ["fedavg", "qfedavg", "term", "afl", "fedfa", "fedfv", "aaggff-d"])
+@pytest.mark.parametrize("rule", sorted(RULES))
 def test_rules_run_on_a_template_app_with_failing_nodes(rule: str) -> None:
-    """Five rounds; node 2 always fails. Each node keeps its client index across rounds (the
-    stateful rules follow it), the failing one is never aggregated, and the model moves."""
+    """Every registered rule, five rounds; node 2 always fails (except for the rules that need
+    every client). Each node keeps its client index across rounds (the stateful rules follow
+    it), the failing one is never aggregated, and the model moves."""
     parts = _partitions(1)
     strategy = FairaggStrategy(rule, fraction_evaluate=0.0)
     needs_all = strategy.full_participation
-    app = template_app(parts, with_accuracy=rule == "fedfa")
+    app = template_app(parts, with_accuracy="accuracies" in RULES[rule].needs)
     failing = () if needs_all else (2,)
     result, grid = _run(strategy, app, 5, failing=failing)
     assert strategy.num_clients == NODES
@@ -480,3 +482,43 @@ def test_template_evaluate_replies_get_fairaggs_summary() -> None:
     out = strategy.aggregate_evaluate(1, replies)
     assert out["eval_acc"] == pytest.approx(0.75) and out["eval_loss"] == pytest.approx(0.1)
     assert out["fairagg-min"] == pytest.approx(50.0) and out["fairagg-max"] == pytest.approx(100.0)
+
+
+def test_the_users_metric_aggregation_functions_are_used() -> None:
+    seen = {}
+
+    def train_fn(records, key):
+        seen["train"] = (len(records), key)
+        return MetricRecord({"mine": 1.0})
+
+    def evaluate_fn(records, key):
+        seen["evaluate"] = (len(records), key)
+        return MetricRecord({"mine-eval": 2.0})
+
+    strategy = FairaggStrategy(
+        "fedavg", train_metrics_aggr_fn=train_fn, evaluate_metrics_aggr_fn=evaluate_fn
+    )
+    _configured(strategy, ArrayRecord([np.zeros(3)]))
+    replies = [create_mock_reply(ArrayRecord([np.full(3, v)]), n) for v, n in ((1.0, 1), (2.0, 3))]
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert seen["train"] == (2, "num-examples")
+    assert metrics["mine"] == 1.0 and metrics["fairagg-clients"] == 2
+    ev = create_mock_reply(ArrayRecord(), 1)
+    ev.content = RecordDict({"metrics": MetricRecord({"num-examples": 4, "eval_acc": 0.5})})
+    out = strategy.aggregate_evaluate(1, [ev])
+    assert seen["evaluate"] == (1, "num-examples") and out["mine-eval"] == 2.0
+
+
+def test_replies_are_validated_before_the_missing_configure_train_is_reported() -> None:
+    from flwr.serverapp.exception import AggregationError
+
+    strategy = FairaggStrategy("fedavg")
+    good = [create_mock_reply(ArrayRecord([np.ones(2)]), 1) for _ in range(2)]
+    bad = [create_mock_reply(ArrayRecord([np.ones(2)]), 1) for _ in range(2)]
+    bad[1].content = RecordDict(
+        {"arrays": ArrayRecord([np.ones(2)]), "other": MetricRecord({"num-examples": 1})}
+    )
+    with pytest.raises(InconsistentMessageReplies):
+        strategy.aggregate_train(1, bad)
+    with pytest.raises(AggregationError, match="without a matching configure_train"):
+        strategy.aggregate_train(1, good)
