@@ -907,11 +907,12 @@ def _train_content(draw: Any, model: Any) -> Any:
 
 @_fails_as_assertion
 def _reply_check(kwargs: dict[str, Any], reply: Any) -> None:
-    from fairagg.flower import ACCURACY, LOSS, NUM_EXAMPLES
+    from fairagg.flower import ACCURACY, LOSS, NUM_EXAMPLES, TRAIN_LOSS
 
     assert isinstance(reply, RecordDict), type(reply)
     metrics = reply.metric_records["metrics"]
-    assert 0 <= metrics[ACCURACY] <= 1 and np.isfinite(metrics[LOSS]), metrics
+    loss = LOSS if not reply.array_records else TRAIN_LOSS  # evaluate / train reply
+    assert 0 <= metrics[ACCURACY] <= 1 and np.isfinite(metrics[loss]), metrics
     k = int(kwargs["client_id"])
     data = kwargs["data"]
     sizes = (
@@ -947,6 +948,7 @@ FLOWER = {
             "PARTITION_ID",
             "QUERY_MESSAGE_TYPE",
             "TRAIN_CONFIG_KEYS",
+            "TRAIN_LOSS",
         )
     },
     "fairagg.flower.RoundLog": TYPE,
@@ -974,8 +976,22 @@ FLOWER = {
             "prox_mu": 0.0,
             "on_failure": "drop",
             "discovery_timeout": 10.0,
+            "train_loss_key": "train_loss",
+            "evaluate_accuracy_key": "accuracy",
         },
         check=_strategy_check,
+        deterministic=False,
+    ),
+    "fairagg.flower.QFedAvg": Entry(
+        valid=lambda draw: {
+            "client_learning_rate": draw(st.sampled_from([0.01, 0.1, 1.0])),
+            "q": draw(st.sampled_from([0.0, 0.1, 2.0])),
+            "train_loss_key": "train_loss",
+        },
+        check=lambda k, s: _assert(
+            s.q == k["q"] and s.lr == k["client_learning_rate"] and s.rule.name == "qfedavg",
+            "arguments not taken",
+        ),  # fmt: skip
         deterministic=False,
     ),
     "fairagg.flower.InProcessGrid": Entry(
