@@ -1211,12 +1211,14 @@ class FairaggStrategy(FedAvg):
         self.reported_params = np.asarray(reported)
         self._reported_is_model = "model" in agg.info
         contents = [r.msg.content for r in usable]
-        if self._others:
-            in_order = [r.msg.content for r in sorted(usable, key=lambda r: valid.index(r.msg))]
-            w_in_order = np.array(
-                [r.weight for r in sorted(usable, key=lambda r: valid.index(r.msg))]
+        if self._others:  # summed in arrival order, as FedAvg sums
+            arrival = {id(m): i for i, m in enumerate(valid)}
+            in_order = sorted(usable, key=lambda r: arrival[id(r.msg)])
+            self._others = _flower_average(
+                [r.msg.content for r in in_order],
+                np.array([r.weight for r in in_order]),
+                list(self._others),
             )
-            self._others = _flower_average(in_order, w_in_order, list(self._others))
         metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
         if metrics is None:
             metrics = MetricRecord()
