@@ -1355,7 +1355,9 @@ class InProcessGrid(Grid):
     simulation engine; messages are handled one after another, and a ClientApp that raises
     yields an error reply (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``) as Flower's runtimes do.
     For tests and for timing a strategy without Ray's transport; ``failing`` names nodes (by
-    partition id) whose ClientApp raises on train messages, to exercise failures. Outside a
+    partition id) whose ClientApp raises on train messages, to exercise failures; ``run_config`` is
+    every node's ``context.run_config`` (what ``flwr run`` reads from an app's
+    ``[tool.flwr.app.config]``). Outside a
     Flower runtime it sets the process's Flower task identity (run 0, the SuperLink's node id 1)
     if none is set, which Flower needs to build messages.
     """
@@ -1367,6 +1369,7 @@ class InProcessGrid(Grid):
         *,
         seed: int = 0,
         failing: Iterable[int] = (),
+        run_config: dict[str, Any] | None = None,
     ) -> None:
         if not callable(client_app):
             raise TypeError(f"client_app must be a ClientApp; got {type(client_app).__name__}")
@@ -1377,6 +1380,13 @@ class InProcessGrid(Grid):
                 f"failing must be an iterable of partition ids; got {type(failing).__name__}"
             )
         failing = [check_int(i, "failing", low=0, high=num_nodes - 1) for i in failing]
+        if run_config is None:
+            run_config = {}
+        if not isinstance(run_config, dict) or not all(isinstance(k, str) for k in run_config):
+            raise TypeError(
+                f"run_config must be a dict with str keys (a Flower run config); got "
+                f"{type(run_config).__name__}"
+            )
         rng = np.random.default_rng([seed, 7])
         ids: list[int] = []
         while len(ids) < num_nodes:
@@ -1393,7 +1403,7 @@ class InProcessGrid(Grid):
                 node_id=nid,
                 node_config={PARTITION_ID: i, "num-partitions": num_nodes},
                 state=RecordDict(),
-                run_config={},
+                run_config=dict(run_config),
             )
             for nid, i in self.partition_of.items()
         }
