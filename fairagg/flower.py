@@ -116,6 +116,7 @@ __all__ = [
     "NUM_EXAMPLES",
     "PARTITION_ID",
     "QUERY_MESSAGE_TYPE",
+    "CONFIG_PREFIX",
     "TRAIN_CONFIG_KEYS",
     "TRAIN_LOSS",
     "FairaggStrategy",
@@ -146,22 +147,29 @@ PARTITION_ID = "partition-id"
 #: Message type of the client-id query the strategy sends before sampling clients by id.
 QUERY_ACTION = "fairagg"
 QUERY_MESSAGE_TYPE = f"{MessageType.QUERY}.{QUERY_ACTION}"
-#: What the strategy puts in every train config (besides Flower's ``"server-round"``).
-TRAIN_CONFIG_KEYS = (
-    "rule",
-    "round-index",
-    "seed",
-    "epochs",
-    "batch-size",
-    "lr",
-    "momentum",
-    "prox-mu",
-    "report",
-    "gradient-batch-size",
-    "propfair-m",
-    "propfair-epsilon",
-    "propfair-huber",
-    "accuracy-source",
+#: The prefix of the strategy's own train-config keys: the app's keys (a template's ``"lr"``)
+#: pass through untouched beside them.
+CONFIG_PREFIX = "fairagg-"
+#: What the strategy puts in every train config (besides Flower's ``"server-round"`` and the
+#: keys of the ``train_config`` given to ``start``).
+TRAIN_CONFIG_KEYS = tuple(
+    CONFIG_PREFIX + key
+    for key in (
+        "rule",
+        "round-index",
+        "seed",
+        "epochs",
+        "batch-size",
+        "lr",
+        "momentum",
+        "prox-mu",
+        "report",
+        "gradient-batch-size",
+        "propfair-m",
+        "propfair-epsilon",
+        "propfair-huber",
+        "accuracy-source",
+    )
 )
 _REPLY_KINDS = ("delta", "model")
 _ON_FAILURE = ("drop", "raise")
@@ -179,28 +187,48 @@ def _is_param(dtype: np.dtype) -> bool:
     return dtype.kind == "f"
 
 
-def _flatten(arrays: Any, name: str = "arrays") -> tuple[np.ndarray, Layout]:
+def _flatten(
+    arrays: Any, name: str = "arrays", like: Layout | None = None
+) -> tuple[np.ndarray, Layout]:
     """One vector of an ArrayRecord's floating-point arrays (raveled, concatenated in key order,
     in their common dtype: float32 stays float32, as in ``fairagg.simulate``; float16 is widened
     to float32) and the layout (key, shape, dtype) of every array, which :func:`_unflatten`
     inverts. Other arrays (integer counters such as BatchNorm's ``num_batches_tracked``) are in
     the layout but not in the vector: :class:`FairaggStrategy` averages them as Flower's FedAvg
-    does."""
+    does.
+
+    With ``like`` (the first round's layout), the arrays are read in its key order and which
+    ones are parameters is its decision: a counter that Flower's average turned into float64
+    stays a counter. A record whose keys or shapes differ raises ``ValueError``."""
     if not isinstance(arrays, ArrayRecord):
         raise TypeError(f"{name} must be a flwr.app.ArrayRecord; got {type(arrays).__name__}")
     if len(arrays) == 0:
         raise ValueError(f"{name} must hold at least one array")
+    if like is not None:
+        got = {k: tuple(v.numpy().shape) for k, v in arrays.items()}
+        want = {k: tuple(shape) for k, shape, _ in like}
+        if got != want:
+            raise ValueError(f"{name} have the arrays {got}; θ^t has {want}")
+        keys = [(k, _is_param(np.dtype(d))) for k, _, d in like]
+    else:
+        keys = [(k, None) for k in arrays.keys()]
     pieces, layout = [], []
-    for key, value in arrays.items():
-        a = value.numpy()
+    for key, param in keys:
+        a = arrays[key].numpy()
         if a.dtype.kind not in "biuf":
             raise TypeError(
                 f"{name}[{key!r}] must be a numeric array (the floating-point ones are the "
                 f"parameters); got dtype {a.dtype}"
             )
-        if _is_param(a.dtype):
+        if param is None:
+            param = _is_param(a.dtype)
+        if param:
+            if a.dtype.kind != "f":
+                a = a.astype(np.float64)
             pieces.append(a.ravel())
-        layout.append((key, tuple(a.shape), a.dtype.str))
+        layout.append(
+            (key, tuple(a.shape), a.dtype.str if param or like is None else _dtype_of(like, key))
+        )
     if not pieces:
         raise TypeError(f"{name} must hold at least one floating-point array (the parameters)")
     dtype = np.result_type(np.float32, *pieces)  # float16 computed in float32
@@ -208,12 +236,17 @@ def _flatten(arrays: Any, name: str = "arrays") -> tuple[np.ndarray, Layout]:
     return flat, tuple(layout)
 
 
-def _others(arrays: ArrayRecord) -> dict[str, np.ndarray]:
+def _dtype_of(layout: Layout, key: str) -> str:
+    return next(d for k, _, d in layout if k == key)
+
+
+def _others(arrays: ArrayRecord, like: Layout | None = None) -> dict[str, np.ndarray]:
     """The arrays of a record that are not parameters (see :func:`_flatten`)."""
     out = {}
     for key, value in arrays.items():
         a = value.numpy()
-        if not _is_param(a.dtype):
+        param = _is_param(a.dtype) if like is None else _is_param(np.dtype(_dtype_of(like, key)))
+        if not param:
             out[key] = a
     return out
 
@@ -321,6 +354,7 @@ def _single_record(content: RecordDict, kind: str, where: str) -> tuple[str, Any
 
 
 def _config_value(cfg: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    key = CONFIG_PREFIX + key
     if key not in cfg:
         raise ValueError(
             f"the train config lacks {key!r}: send train messages with "
@@ -602,7 +636,8 @@ def _counts(weights: np.ndarray) -> np.ndarray | None:
     """The weights as sample counts for :func:`fairagg.metrics.fairness_summary`'s weighted
     mean, or None (unweighted) when they are not integers."""
     w = np.asarray(weights, dtype=np.float64)
-    return w.astype(np.int64) if np.all(w == np.round(w)) and np.all(w >= 1) else None
+    integral = np.all(w == np.round(w)) and np.all(w >= 1) and np.all(w < 2.0**53)
+    return w.astype(np.int64) if integral else None
 
 
 def _flower_average(contents: Sequence[RecordDict], weights: np.ndarray, keys: Iterable[str]):
@@ -650,10 +685,18 @@ class FairaggStrategy(FedAvg):
       took one full-batch gradient step of size ``lr``, and an average of its steps' gradients
       otherwise.
     - Replies are validated with Flower's rules first (``InconsistentMessageReplies``), then
-      fairagg's: a reply that cannot be aggregated (non-finite arrays, another layout, a missing
-      or invalid loss or weight, a client index out of range) is treated as a failed reply:
-      logged and left out with ``on_failure="drop"`` (the round's metrics count it, the round
-      log names it), an ``AggregationError`` naming the node with ``"raise"``.
+      fairagg's: a reply that cannot be aggregated (non-finite arrays, another layout, an
+      invalid weight, or an invalid loss or accuracy where the rule reads it, a client index out
+      of range) is treated as a failed reply: logged and left out with ``on_failure="drop"``
+      (the round's metrics count it, the round log names it), an ``AggregationError`` naming
+      the node with ``"raise"``. A metric the rule needs that no reply has (Flower's rules let
+      a reply lack it only if every reply does) is an ``AggregationError`` naming the metric.
+    - The strategy's own train-config keys start with ``"fairagg-"``; the ``train_config`` an
+      app passes to ``start`` (a template's ``"lr"``) goes to the clients unchanged beside them.
+    - Give ``num_clients`` and ``clients_per_round`` (or ``num_clients`` with a rule that needs
+      every client, which then samples all K) only with :func:`fairagg_client_app` (or a
+      ClientApp answering its client-id query): that is fairagg's sampling by client id. Without
+      them, Flower samples the nodes (every node for a rule that needs all of them).
     - Metrics: every client metric is aggregated as ``FedAvg`` does (``train_metrics_aggr_fn`` /
       ``evaluate_metrics_aggr_fn``, weighted by ``weighted_by_key`` by default), and fairagg's
       summary is added under ``fairagg-*`` keys.
@@ -807,7 +850,6 @@ class FairaggStrategy(FedAvg):
         self._round: int | None = None
         self._started = 0.0
         self._selected: np.ndarray | None = None
-        self._sent: set[int] = set()
         self.node_clients: dict[int, int] = {}
         self._client_node: dict[int, int] = {}
         self.client_sizes = np.zeros(0, dtype=np.int64)
@@ -850,22 +892,23 @@ class FairaggStrategy(FedAvg):
     def train_config(self, server_round: int) -> dict[str, Any]:
         """The values of :data:`TRAIN_CONFIG_KEYS` for round ``server_round`` (t + 1)."""
         spec = self.local
-        return {
-            "rule": self.rule.name,
-            "round-index": server_round - 1,
-            "seed": self.seed,
-            "epochs": self.epochs,
-            "batch-size": self.batch_size,
-            "lr": self.lr,
-            "momentum": self.momentum,
-            "prox-mu": self.prox_mu,
-            "report": spec.report,
-            "gradient-batch-size": spec.gradient_batch_size or 0,  # 0: full batch
-            "propfair-m": self.propfair[0],  # 0.0: train on the loss
-            "propfair-epsilon": self.propfair[1],
-            "propfair-huber": self.propfair[2],
-            "accuracy-source": spec.accuracy_source,
-        }
+        values = (
+            self.rule.name,
+            server_round - 1,
+            self.seed,
+            self.epochs,
+            self.batch_size,
+            self.lr,
+            self.momentum,
+            self.prox_mu,
+            spec.report,
+            spec.gradient_batch_size or 0,  # 0: full batch
+            self.propfair[0],  # 0.0: train on the loss
+            self.propfair[1],
+            self.propfair[2],
+            spec.accuracy_source,
+        )
+        return dict(zip(TRAIN_CONFIG_KEYS, values, strict=True))
 
     def _config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
         if not isinstance(config, ConfigRecord):
@@ -948,31 +991,29 @@ class FairaggStrategy(FedAvg):
         """Keep θ^t = ``arrays``, pick the round's clients and send them θ^t and the config."""
         server_round = check_int(server_round, "server_round", low=1)
         started = time.perf_counter()
-        theta, layout = _flatten(arrays)
+        try:
+            theta, layout = _flatten(arrays, "arrays", self._layout)
+        except ValueError as exc:
+            if self._layout is None:
+                raise
+            raise ValueError(f"arrays must keep the layout of the first round: {exc}") from None
         if not np.all(np.isfinite(theta)):
             raise ValueError("arrays must be finite (θ^t holds NaN or infinity)")
-        if self._layout is not None and not _same_shapes(layout, self._layout):
-            raise ValueError(
-                f"arrays must keep the layout of the first round {self._layout}; got {layout}"
-            )
         cfg = self._config(config, server_round)
-        if self.num_clients is None:
-            nodes = list(grid.get_node_ids())
-            if not nodes:
-                raise AggregationError(
-                    "no node is connected: K (num_clients) is taken from the nodes of round 1"
-                )
-            self._set_num_clients(len(nodes))
-            log(INFO, "configure_train: K = %d clients (the connected nodes)", len(nodes))
+        if self.clients_per_round is None:
+            # Flower's node sampling, which first waits for min_available_nodes
+            messages = list(super().configure_train(server_round, arrays, cfg, grid))
+            self._selected = None
+            if self.num_clients is None:  # K: the nodes connected once Flower has waited
+                K = len(list(grid.get_node_ids()))
+                self._set_num_clients(K)
+                log(INFO, "configure_train: K = %d clients (the connected nodes)", K)
         if self._layout is None:
             self.state = self.rule.init(theta, self.num_clients)
             self._layout = layout
-        self._others = _others(arrays)
+        self._others = _others(arrays, self._layout)
         self.params, self._round, self._started = theta, server_round, started
-        if self.clients_per_round is None:
-            messages = list(super().configure_train(server_round, arrays, cfg, grid))
-            self._selected = None
-        else:
+        if self.clients_per_round is not None:
             self._discover(grid)
             rng = np.random.default_rng([self.seed, SAMPLING_STREAM, server_round - 1])
             S = sample_clients(
@@ -991,7 +1032,6 @@ class FairaggStrategy(FedAvg):
             ]
             self._selected = S
             log(INFO, "configure_train: sampled clients %s (fairagg)", S.tolist())
-        self._sent = {m.metadata.dst_node_id for m in messages}
         return messages
 
     # --- aggregation ----------------------------------------------------------------------------
@@ -1056,13 +1096,13 @@ class FairaggStrategy(FedAvg):
                 f"the train reply of node {node} holds its arrays under {key!r} (a gradient); "
                 f"rule {self.rule.name!r} aggregates updates or models"
             )
-        try:
-            vec, layout = _flatten(arrays, f"the {key!r} arrays")
-        except (TypeError, ValueError) as exc:
-            raise _Unusable(str(exc)) from None
         assert self._layout is not None and self.params is not None
-        if not _same_shapes(layout, self._layout):
-            raise _Unusable(f"its {key!r} arrays have layout {layout}; θ^t has {self._layout}")
+        try:
+            vec, _ = _flatten(arrays, f"its {key!r} arrays", self._layout)
+        except (TypeError, ValueError) as exc:
+            raise _Unusable(f"another layout: {exc}") from None
+        if vec.dtype != self.params.dtype:
+            vec = vec.astype(np.result_type(vec, self.params))
         if not np.all(np.isfinite(vec)):
             raise _Unusable(f"its {key!r} arrays hold NaN or infinity")
         if key not in (DELTA_KEY, GRADIENT_KEY):
@@ -1071,10 +1111,15 @@ class FairaggStrategy(FedAvg):
             # an SGD-type rule on updates: the pseudo-gradient δ_k / lr, g_k itself when the
             # client took one full-batch step of size lr (the class docstring says so)
             vec = vec / self.lr
-        loss = self._real_metric(metrics, self.train_loss_key, "loss")
-        acc = self._real_metric(metrics, ACCURACY, "accuracy")
-        if acc is not None and acc > 1:
-            raise _Unusable(f"its accuracy {ACCURACY!r} must lie in [0, 1]; got {acc!r}")
+        # only what the rule reads is checked: fedavg does not care for a loss of -1 or an
+        # accuracy in percent
+        loss = acc = None
+        if "losses" in self.needs:
+            loss = self._real_metric(metrics, self.train_loss_key, "loss")
+        if "accuracies" in self.needs:
+            acc = self._real_metric(metrics, ACCURACY, "accuracy")
+            if acc is not None and acc > 1:
+                raise _Unusable(f"its accuracy {ACCURACY!r} must lie in [0, 1]; got {acc!r}")
         return _Reply(node, k, vec, float(w), loss, acc, msg)
 
     def _needed(self, replies: Sequence[_Reply], attr: str, metric: str, need: str) -> Any:
@@ -1096,16 +1141,16 @@ class FairaggStrategy(FedAvg):
         """Client indices of the replies: their client-id metric, else their node's index (new
         nodes take the lowest free index, in increasing node id)."""
         assert self.num_clients is not None
+        known = dict(self.node_clients)  # committed by aggregate_train once the rule stepped
         out = []
-        by_id = [r for r in replies if r.client is not None]
-        for r in by_id:
-            self.node_clients.setdefault(r.node, r.client)
+        for r in (r for r in replies if r.client is not None):
+            known.setdefault(r.node, r.client)
             out.append((r.client, r))
         by_node = sorted((r for r in replies if r.client is None), key=lambda r: r.node)
-        taken = set(self.node_clients.values())
+        taken = set(known.values())
         free = (i for i in range(self.num_clients) if i not in taken)
         for r in by_node:
-            if r.node not in self.node_clients:
+            if r.node not in known:
                 k = next(free, None)
                 if k is None:
                     drop.append(
@@ -1116,9 +1161,9 @@ class FairaggStrategy(FedAvg):
                         )
                     )
                     continue
-                self.node_clients[r.node] = k
+                known[r.node] = k
                 taken.add(k)
-            out.append((self.node_clients[r.node], r))
+            out.append((known[r.node], r))
         return out
 
     def aggregate_train(
@@ -1171,9 +1216,28 @@ class FairaggStrategy(FedAvg):
                 f"rule {self.rule.name!r} needs all K = {self.num_clients} clients every round; "
                 f"round {server_round} has no usable reply from clients {missing[:20]}"
             )
-        if not assigned:
+        if not assigned:  # nothing to aggregate: the model stays, the round is still logged
+            log(WARNING, "aggregate_train: no reply to aggregate in round %d", server_round)
+            self.rounds.append(
+                RoundLog(
+                    server_round,
+                    np.zeros(0, dtype=np.int64),
+                    np.zeros(0),
+                    None,
+                    tuple(m.metadata.src_node_id for m in failed),
+                    {},
+                    time.perf_counter() - self._started,
+                    tuple(dropped),
+                    (),
+                )
+            )
             self._round = None
-            return None, None
+            if not (failed or dropped):
+                return None, None
+            return None, MetricRecord(
+                {"fairagg-clients": 0, "fairagg-failures": len(failed),
+                 "fairagg-dropped": len(dropped)}
+            )  # fmt: skip
         if self._selected is not None:
             position = {int(k): i for i, k in enumerate(self._selected)}
             assigned.sort(key=lambda kr: position.get(kr[0], len(position) + kr[0]))
@@ -1182,7 +1246,8 @@ class FairaggStrategy(FedAvg):
         usable = [r for _, r in assigned]
         ids_arr = np.array([k for k, _ in assigned], dtype=np.int64)
         weights = np.array([r.weight for r in usable], dtype=np.float64)
-        n = weights.astype(np.int64) if np.all(weights == np.round(weights)) else weights
+        counts_given = np.all(weights == np.round(weights)) and weights.max() < 2.0**53
+        n = weights.astype(np.int64) if counts_given else weights  # counts, or real weights
         losses = self._needed(usable, "loss", self.train_loss_key, "losses")
         accs = self._needed(usable, "accuracy", ACCURACY, "accuracies")
         counts = self.participations[ids_arr] + 1  # committed once the rule has stepped
@@ -1208,9 +1273,12 @@ class FairaggStrategy(FedAvg):
             )
         self.state = agg.state
         self.participations[ids_arr] = counts
+        for k, r in assigned:  # the nodes' indices hold from now on
+            self.node_clients[r.node] = k
         self.reported_params = np.asarray(reported)
         self._reported_is_model = "model" in agg.info
-        contents = [r.msg.content for r in usable]
+        used = {id(r.msg) for r in usable}
+        contents = [m.content for m in valid if id(m) in used]  # arrival order, as FedAvg
         if self._others:  # summed in arrival order, as FedAvg sums
             arrival = {id(m): i for i, m in enumerate(valid)}
             in_order = sorted(usable, key=lambda r: arrival[id(r.msg)])
@@ -1286,10 +1354,14 @@ class FairaggStrategy(FedAvg):
             else (ACCURACY, "eval_acc")
         )
         key = next((k for k in keys if k in records[0]), None)
-        if metrics is not None and key is not None:
+        scalars = key is not None and all(
+            _scalar(r[key]) is not None and _scalar(r[self.weighted_by_key]) is not None
+            for r in records
+        )
+        if metrics is not None and scalars:  # a per-class list, or NaN: no summary
             acc = np.array([r[key] for r in records], dtype=np.float64)
             n = np.array([r[self.weighted_by_key] for r in records], dtype=np.float64)
-            if np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1)) and np.all(n > 0):
+            if np.all((acc >= 0) & (acc <= 1)) and np.all(n > 0):
                 for name, value in fairness_summary(acc, _counts(n)).items():
                     if value is not None:
                         metrics[f"fairagg-{name}"] = float(value)
@@ -1311,17 +1383,40 @@ class QFedAvg(FairaggStrategy):
     paper means is F_k(θ^t), the received model's loss before local training.
     """
 
-    def __init__(
+    def __init__(  # Flower's QFedAvg's parameters, in its order
         self,
         client_learning_rate: float,
         q: float = 0.1,
         train_loss_key: str = TRAIN_LOSS,
-        **fedavg_kwargs: Any,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = NUM_EXAMPLES,
+        arrayrecord_key: str = "arrays",
+        configrecord_key: str = "config",
+        train_metrics_aggr_fn: Callable | None = None,
+        evaluate_metrics_aggr_fn: Callable | None = None,
+        **fairagg_kwargs: Any,
     ) -> None:
         lr = check_real(client_learning_rate, "client_learning_rate", low=0.0, low_open=True)
         q = check_real(q, "q", low=0.0)
         super().__init__(
-            make_rule("qfedavg", q=q), lr=lr, train_loss_key=train_loss_key, **fedavg_kwargs
+            make_rule("qfedavg", q=q),
+            lr=lr,
+            train_loss_key=train_loss_key,
+            fraction_train=fraction_train,
+            fraction_evaluate=fraction_evaluate,
+            min_train_nodes=min_train_nodes,
+            min_evaluate_nodes=min_evaluate_nodes,
+            min_available_nodes=min_available_nodes,
+            weighted_by_key=weighted_by_key,
+            arrayrecord_key=arrayrecord_key,
+            configrecord_key=configrecord_key,
+            train_metrics_aggr_fn=train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            **fairagg_kwargs,
         )
         self.client_learning_rate, self.q = lr, q
 

@@ -188,7 +188,10 @@ def test_aggregation_equals_rule_on_the_same_replies(name, mode, fed):
         assert agg_metrics["fairagg-dropped"] == 0
         assert agg_metrics[TRAIN_LOSS] == pytest.approx(float(n @ losses / n.sum()), rel=1e-12)
         assert agg_metrics[ACCURACY] == pytest.approx(float(n @ accs / n.sum()), rel=1e-12)
-        assert agg_metrics["fairagg-loss-max"] == losses.max()
+        if "losses" in RULES[name].needs:  # only what the rule reads is read
+            assert agg_metrics["fairagg-loss-max"] == losses.max()
+        else:
+            assert "fairagg-loss-max" not in agg_metrics
         assert CLIENT_ID not in agg_metrics
         theta, state, arrays = agg.params, agg.state, new
 
@@ -751,13 +754,13 @@ def test_a_client_without_the_query_handler_is_reported(fed):
 def test_client_rejects_a_config_without_the_strategy_keys(fed):
     theta = fed.model.init_params(0)
     content = RecordDict({"arrays": params_to_arrays(theta), "config": ConfigRecord({"lr": 0.1})})
-    with pytest.raises(ValueError, match="lacks 'round-index'"):
+    with pytest.raises(ValueError, match="lacks 'fairagg-round-index'"):
         train_reply(fed.model, fed.data, 0, content)
     strategy = FairaggStrategy("fedavg", K)
     cfg = dict(strategy.train_config(1))
-    del cfg["batch-size"]
+    del cfg["fairagg-batch-size"]
     content = RecordDict({"arrays": params_to_arrays(theta), "config": ConfigRecord(cfg)})
-    with pytest.raises(ValueError, match="lacks 'batch-size'"):
+    with pytest.raises(ValueError, match="lacks 'fairagg-batch-size'"):
         train_reply(fed.model, fed.data, 0, content)
     assert set(strategy.train_config(1)) == set(TRAIN_CONFIG_KEYS)
 
@@ -798,8 +801,8 @@ def test_train_config_conflicts_and_round_mismatch(fed):
     strategy = FairaggStrategy("fedavg", K, clients_per_round=2, lr=0.1)
     grid = InProcessGrid(fed.app, K)
     arrays = params_to_arrays(fed.model.init_params(0))
-    with pytest.raises(ValueError, match=r"train_config\['lr'\]"):
-        strategy.configure_train(1, arrays, ConfigRecord({"lr": 0.5}), grid)
+    with pytest.raises(ValueError, match=r"train_config\['fairagg-lr'\]"):
+        strategy.configure_train(1, arrays, ConfigRecord({"fairagg-lr": 0.5}), grid)
     with pytest.raises(AggregationError, match="without a matching configure_train"):
         strategy.aggregate_train(1, [])
     sent = list(strategy.configure_train(1, arrays, ConfigRecord({"lr": 0.1, "extra": 1}), grid))
@@ -808,12 +811,20 @@ def test_train_config_conflicts_and_round_mismatch(fed):
         strategy.aggregate_train(2, [])
     with pytest.raises(ValueError, match="layout"):
         strategy.configure_train(2, params_to_arrays(np.zeros(3)), ConfigRecord(), grid)
+    # the app's own keys (a template's "lr") pass through beside fairagg's
+    sent = list(strategy.configure_train(1, arrays, ConfigRecord({"lr": 0.5}), grid))
+    config = sent[0].content["config"]
+    assert config["lr"] == 0.5 and config["fairagg-lr"] == 0.1
 
 
 def test_no_valid_reply_leaves_the_model(fed):
     strategy, sent, _, _ = _one_round(fed)
     replies = [Message(Error(code=2, reason="boom"), reply_to=m) for m in sent]
-    assert strategy.aggregate_train(1, replies) == (None, None)
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None  # the model stays
+    assert metrics["fairagg-failures"] == 3 and metrics["fairagg-clients"] == 0
+    log = strategy.rounds[-1]
+    assert log.server_round == 1 and len(log.failed_nodes) == 3 and log.client_ids.size == 0
 
 
 def test_params_arrays_round_trip():

@@ -522,3 +522,159 @@ def test_replies_are_validated_before_the_missing_configure_train_is_reported() 
         strategy.aggregate_train(1, bad)
     with pytest.raises(AggregationError, match="without a matching configure_train"):
         strategy.aggregate_train(1, good)
+
+
+# --------------------------------------------------------------------------------------------
+# Review findings: the cases a template app meets after round 1
+# --------------------------------------------------------------------------------------------
+
+
+def bn_app(parts):
+    """A template app whose model has a BatchNorm-like int64 counter beside its weights: the
+    counter arrives as Flower's average left it (float64) and goes back as int64 + 5."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        X, y = parts[int(context.node_config["partition-id"])]
+        arrays = msg.content["arrays"]
+        counter = int(np.asarray(arrays["nbt"].numpy()))
+        W, b = arrays["w"].numpy().copy(), arrays["b"].numpy().copy()
+        loss0 = _loss_grad(W, b, X, y)[0]
+        for _ in range(2):
+            _, gW, gb, _ = _loss_grad(W, b, X, y)
+            W -= 0.1 * gW
+            b -= 0.1 * gb
+        out = ArrayRecord(
+            {"w": Array(W), "b": Array(b), "nbt": Array(np.array(counter + 5, dtype=np.int64))}
+        )
+        metrics = MetricRecord({"num-examples": len(y), "train_loss": loss0})
+        return Message(content=RecordDict({"arrays": out, "metrics": metrics}), reply_to=msg)
+
+    return app
+
+
+def _loss_grad(W, b, X, y):
+    Z = X @ W.T + b
+    Z -= Z.max(axis=1, keepdims=True)
+    Pm = np.exp(Z)
+    Pm /= Pm.sum(axis=1, keepdims=True)
+    loss = float(-np.mean(np.log(Pm[np.arange(len(y)), y])))
+    Pm[np.arange(len(y)), y] -= 1.0
+    return loss, Pm.T @ X / len(y), Pm.mean(axis=0), float(np.mean(np.argmax(Z, 1) == y))
+
+
+def test_an_integer_counter_survives_several_rounds() -> None:
+    parts = _partitions(4)
+    strategy = FairaggStrategy("term", fraction_evaluate=0.0)
+    initial = ArrayRecord(
+        {
+            "w": Array(np.zeros((C, P))),
+            "b": Array(np.zeros(C)),
+            "nbt": Array(np.array(0, dtype=np.int64)),
+        }
+    )
+    random.seed(3)
+    result = strategy.start(
+        grid=InProcessGrid(bn_app(parts), NODES), initial_arrays=initial, num_rounds=3
+    )
+    assert float(result.arrays["nbt"].numpy()) == 15.0  # 5 a round, averaged as FedAvg does
+    assert len(strategy.rounds) == 3 and all(log.dropped == () for log in strategy.rounds)
+
+
+def test_a_templates_train_config_passes_through() -> None:
+    parts = _partitions(5)
+    strategy = FairaggStrategy("fedavg", fraction_evaluate=0.0)
+    random.seed(3)
+    result = strategy.start(
+        grid=InProcessGrid(template_app(parts), NODES),
+        initial_arrays=_initial(),
+        num_rounds=2,
+        train_config=ConfigRecord({"lr": 0.1, "epochs": 3}),
+    )
+    assert len(strategy.rounds) == 2 and result.arrays is not None
+
+
+def test_metrics_the_rule_does_not_read_are_not_checked() -> None:
+    strategy = FairaggStrategy("fedavg")
+    _configured(strategy, ArrayRecord([np.zeros(2)]))
+    replies = []
+    for v in (1.0, 3.0):
+        m = create_mock_reply(ArrayRecord([np.full(2, v)]), 1)
+        m.content = RecordDict(
+            {
+                "arrays": ArrayRecord([np.full(2, v)]),
+                "metrics": MetricRecord({"num-examples": 1, "accuracy": 85.0, "train_loss": -1.0}),
+            }
+        )
+        replies.append(m)
+    arrays, metrics = strategy.aggregate_train(1, replies)
+    np.testing.assert_allclose(arrays.to_numpy_ndarrays()[0], 2.0)
+    assert metrics["fairagg-dropped"] == 0 and metrics["accuracy"] == 85.0
+
+
+def test_k_is_the_nodes_connected_once_flower_has_waited() -> None:
+    class LateGrid(InProcessGrid):
+        calls = 0
+
+        def get_node_ids(self):
+            LateGrid.calls += 1
+            ids = super().get_node_ids()
+            return ids[:1] if LateGrid.calls == 1 else ids
+
+    parts = _partitions(6)
+    strategy = FairaggStrategy("fedavg", fraction_evaluate=0.0, min_available_nodes=NODES)
+    grid = LateGrid(template_app(parts), NODES)
+    strategy.configure_train(1, _initial(), ConfigRecord(), grid)
+    assert strategy.num_clients == NODES
+
+
+def test_a_raised_round_leaves_the_node_indices_as_they_were() -> None:
+    from flwr.serverapp.exception import AggregationError
+
+    strategy = FairaggStrategy("fedavg", on_failure="raise")
+    _configured(strategy, ArrayRecord([np.zeros(2)]))
+    good = create_mock_reply(ArrayRecord([np.ones(2)]), 1)
+    bad = create_mock_reply(ArrayRecord([np.full(2, np.nan)]), 1)
+    with pytest.raises(AggregationError, match=f"node {bad.metadata.src_node_id}"):
+        strategy.aggregate_train(1, [good, bad])
+    assert strategy.node_clients == {} and strategy.participations.sum() == 0
+
+
+def test_a_per_class_evaluate_accuracy_is_aggregated_without_a_summary() -> None:
+    strategy = FairaggStrategy("fedavg")
+    replies = []
+    for a in ([0.5, 1.0], [1.0, 0.0]):
+        m = create_mock_reply(ArrayRecord(), 1)
+        m.content = RecordDict({"metrics": MetricRecord({"accuracy": a, "num-examples": 2})})
+        replies.append(m)
+    out = strategy.aggregate_evaluate(1, replies)
+    assert out["accuracy"] == pytest.approx([0.75, 0.5])
+    assert not any(k.startswith("fairagg-") for k in out)
+
+
+def test_train_metrics_are_aggregated_in_arrival_order() -> None:
+    """As FedAvg sums them, whatever client index each node was given."""
+    from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+    strategy = FairaggStrategy("fedavg")
+    _configured(strategy, ArrayRecord([np.zeros(2)]))
+    rng = np.random.default_rng(7)
+    replies = []
+    for node in (30, 10, 20):  # node ids not in arrival order
+        m = create_mock_reply(ArrayRecord([np.ones(2)]), float(rng.uniform(0.1, 1.0)))
+        m.metadata.src_node_id = node
+        m.content["metrics"]["x"] = float(rng.normal())
+        replies.append(m)
+    _, metrics = strategy.aggregate_train(1, replies)
+    expected = aggregate_metricrecords([m.content for m in replies], "num-examples")
+    assert metrics["x"] == expected["x"]  # bit for bit
+
+
+def test_qfedavg_takes_flowers_positional_arguments() -> None:
+    from flwr.serverapp.strategy import QFedAvg as FlowerQFedAvg
+
+    from fairagg.flower import QFedAvg
+
+    ours, theirs = QFedAvg(0.1, 0.2, "train_loss", 0.5), FlowerQFedAvg(0.1, 0.2, "train_loss", 0.5)
+    assert ours.fraction_train == theirs.fraction_train == 0.5 and ours.q == 0.2

@@ -941,6 +941,7 @@ FLOWER = {
         for name in (
             "ACCURACY",
             "CLIENT_ID",
+            "CONFIG_PREFIX",
             "DELTA_KEY",
             "GRADIENT_KEY",
             "LOSS",
