@@ -125,6 +125,9 @@ def decode(value: Any) -> Any:
 class Worker:
     """A user's implementation running as a separate process (``fairagg check --cmd``).
 
+    Use it as ``check(Worker(cmd), target)`` or as a context manager; :meth:`close` ends the
+    process (it is also ended when the object is collected).
+
     Parameters
     ----------
     command : str or sequence of str
@@ -134,9 +137,6 @@ class Worker:
         Seconds to wait for each reply (the first one includes the worker's start-up).
     cwd : str, optional
         Working directory of the worker.
-
-    Use it as ``check(Worker(cmd), target)`` or as a context manager; :meth:`close` ends the
-    process (it is also ended when the object is collected).
     """
 
     def __init__(

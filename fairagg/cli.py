@@ -593,7 +593,7 @@ def _write_client_csv(path: Path, data, h) -> None:
 #: Hyper-parameters the command line gives a rule unless --rule-arg sets them: where the
 #: library's default (the paper's) takes no sensible step in the command line's experiment
 #: (FairAvg's Synthetic set-up: 20 local epochs, lr 0.01, one gradient per round for AFL). The
-#: README's table of default runs shows the effect; a note on standard error says when one is
+#: docs' Results page (default runs) shows the effect; a note on standard error says when one is
 #: used, and config.json records it.
 EXPERIMENT_RULE_ARGS: dict[str, dict[str, Any]] = {
     # q-FedAvg's L = 1/lr = 100 weighs h_k's q F^(q-1) ‖L δ_k‖² term 10^4 times: after 20
@@ -615,7 +615,7 @@ def _experiment_rule_args(args: argparse.Namespace, rules: Sequence[str]) -> Non
             args.rule_arg.append((f"{rule}.{key}", value))
             print(
                 f"{rule}: {key} = {value} in this experiment (--rule-arg {rule}.{key}=VALUE "
-                "to change it; see the README's default runs)",
+                "to change it; see the docs' Results page, default runs)",
                 file=sys.stderr,
             )
 
@@ -1010,7 +1010,7 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
             for line in c.fails:
                 print(line)
         # The distance of every case that is not bit-identical: expectations depend on the
-        # machine's BLAS and SIMD maths in their last digits (README, "Golden vectors").
+        # machine's BLAS and SIMD maths in their last digits (docs/pages/guides/golden-vectors.md).
         moved = sorted((c for c in checks if c.ulps > 0), key=lambda c: -c.ulps)
         if moved:
             print(f"{'case':<44} {'ulps':>10} {'of tolerance':>13}")

@@ -1,4 +1,4 @@
-"""Errors and edge cases of the public surface (README, "Errors and edge cases").
+"""Errors and edge cases of the public surface (docs/pages/guides/errors.md).
 
 Each test pins one refusal or one exact answer at an edge that once went wrong: a wrong
 exception type, a message naming an internal variable instead of the caller's argument, bad input

@@ -1,4 +1,5 @@
-"""The README's quick start runs as written and its claims about the CLI hold."""
+"""The README's and the docs' examples run as written, the docs site covers every rule, and the
+README stays a front door."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 
 from tests.tolerances import assert_close
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = DOCS / "pages"
 
 
 def test_quick_start_runs_and_its_values_are_right():
@@ -31,22 +35,55 @@ def test_readme_gives_the_ci_test_command():
     assert command in README.read_text() and command in ci
 
 
-def test_every_other_python_block_runs():
-    text = README.read_text()
-    quick = re.search(r"## Quick start\n\n```python\n(.*?)```", text, re.S).group(1)
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b != quick]
-    assert blocks, "the README has python examples besides the quick start"
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+DOC_PAGES = sorted(PAGES.rglob("*.md"))
+
+
+@pytest.mark.parametrize("path", [README, *DOC_PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_runs(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # examples that write files write them here
+    text = path.read_text()
+    quick = re.search(r"## Quick start\n\n```python\n(.*?)```", text, re.S)
+    blocks = [b for b in _python_blocks(path) if quick is None or b != quick.group(1)]
     for code in blocks:
         if "fairagg.flower" in code and importlib.util.find_spec("flwr") is None:
             continue  # the flower extra is absent (CI installs it, so CI runs the block)
-        exec(compile(code, str(README), "exec"), {})  # noqa: S102 - our own README
+        exec(compile(code, str(path), "exec"), {})  # noqa: S102 - our own docs
+
+
+def test_the_readme_is_a_front_door():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    for link in re.findall(r"\]\(([^)#]+)\)", text):  # every relative link resolves
+        if not link.startswith("http"):
+            assert (ROOT / link).exists(), link
+
+
+def test_every_registered_rule_has_its_page_and_the_pages_are_current():
+    import subprocess
+    import sys
+
+    from fairagg import RULES
+
+    for name in RULES:
+        page = PAGES / "rules" / f"{name}.md"
+        assert page.is_file(), f"no docs page for rule {name!r}"
+        assert f"rules/{name}.md" in (DOCS / "mkdocs.yml").read_text()
+        assert f'fairagg.simulate("{name}"' in page.read_text()
+    run = subprocess.run(
+        [sys.executable, str(DOCS / "gen_pages.py"), "--check"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
 
 
 def test_the_conformance_example_fails_as_the_readme_shows():
     # The harness's README example is a failing test: run it and compare the printed report.
     from fairagg.conformance import ConformanceError
 
-    section = README.read_text().split("## Conformance harness", 1)[1]
+    section = (PAGES / "guides" / "conformance.md").read_text()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     shown = re.search(r"fails with\n\n```text\n(.*?)\n```", section, re.S).group(1)
     namespace: dict = {}

@@ -1,5 +1,5 @@
-"""Aggregation rules, one module per method, and the registry ``RULES`` that the CLI, the README
-table and the common rule tests all read."""
+"""Aggregation rules, one module per method, and the registry ``RULES`` that the CLI, the docs
+(one page per rule) and the common rule tests all read."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class RuleSpec:
     factory : callable
         Builds the :class:`~fairagg.types.Rule` from keyword hyper-parameters.
     paper : str
-        Short name of the source paper (see the README's references).
+        Short name of the source paper (see the docs' rules pages).
     equations : str
         Where the formulas are, e.g. ``"eqs. 3-4"``.
     summary : str

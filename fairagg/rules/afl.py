@@ -135,6 +135,8 @@ def afl(
     backend : {"numpy", "numba", "cuda"}
         Backend of the descent step (see :func:`afl_step`).
 
+    Notes
+    -----
     ``info``: ``"weights"`` γ_w λ_k, the weight of g_k in the step; ``"mixture"`` λ^{t+1}
     (indexed by client id); ``"model"`` the reported average θ̄ of the iterates, which the
     simulator evaluates. The returned ``params`` is the iterate θ^{t+1} the next round starts

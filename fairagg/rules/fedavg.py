@@ -165,13 +165,12 @@ def fedavg(*, backend: str = "numpy") -> Rule:
     """FedAvg (McMahan et al. 2017) as a rule: weights ∝ n_k over the selected clients.
 
     See :func:`fedavg_weights` (FairAvg, eq. 4) and :func:`apply_weighted_update` (eq. 3).
+    ``info["weights"]`` holds a_k.
 
     Parameters
     ----------
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
-
-    ``info["weights"]`` holds a_k.
     """
     return stateless_rule("fedavg", lambda r: fedavg_weights(r.num_samples), backend)
 
@@ -180,12 +179,11 @@ def fairavg(*, backend: str = "numpy") -> Rule:
     """FairAvg (Michieli & Ozay 2021) as a rule: uniform weights 1/m over the selected clients.
 
     See :func:`fairavg_weights` (FairAvg, eq. 5) and :func:`apply_weighted_update` (eq. 3).
+    ``info["weights"]`` holds a_k.
 
     Parameters
     ----------
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
-
-    ``info["weights"]`` holds a_k.
     """
     return stateless_rule("fairavg", lambda r: fairavg_weights(r.deltas.shape[0]), backend)

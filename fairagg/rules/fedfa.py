@@ -389,6 +389,8 @@ def fedfa(
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted average.
 
+    Notes
+    -----
     ``info``: ``"weights"`` p_k, the weights of θ̄ = θ^t − Σ p_k δ_k (θ^{t+1} = θ̄ − η_s m in
     correction rounds), ``"accuracy_part"``, ``"frequency_part"`` (eqs. 13-14) and
     ``"server_correction"`` (whether t ≡ 0 mod τ, so that this round applied −η_s m).

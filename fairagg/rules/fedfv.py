@@ -654,6 +654,8 @@ def fedfv(
         Backend of the Gram path's passes over the updates (see :func:`fedfv_direction`);
         ``"numba"`` is the fastest on a CPU.
 
+    Notes
+    -----
     ``info``: ``"weights"`` a_k on the round's δ_k, ``"history_weights"`` and
     ``"history_clients"`` for the window's earlier updates (θ^{t+1} = θ^t − Σ a_k δ_k −
     Σ b_h h_h), ``"coefficients"`` (m, m), ``"order"``, ``"kept"``, ``"conflicts_found"``,

@@ -170,6 +170,8 @@ def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "num
     backend : {"numpy", "numba", "cuda"}
         Backend of the Gram matrix and of the weighted update.
 
+    Notes
+    -----
     ``info``: ``"weights"`` a_k on δ_k, ``"mixture"`` λ*, ``"min_norm"`` ‖Σ λ*_k ĝ_k‖.
     """
     eps = check_real(epsilon, "epsilon", low=0.0)

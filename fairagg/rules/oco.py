@@ -138,6 +138,8 @@ def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
+    Notes
+    -----
     ``info["weights"]`` holds the weights over the selected clients.
     """
     qv = check_real(q, "q", low=0.0)

@@ -62,6 +62,8 @@ def propfair(
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
+    Notes
+    -----
     ``info["weights"]``: FedAvg's n_k/Σ_S n.
     """
     if M is None:  # check_propfair reads None as "no surrogate", which PropFair always has

@@ -496,6 +496,8 @@ def qfedavg(
     backend : {"numpy", "numba", "cuda"}
         Backend of the fused norms-and-sum reduction (:func:`qfedavg_step`).
 
+    Notes
+    -----
     ``info``: ``"weights"`` the weight L·w_k on each δ_k (θ^{t+1} = θ^t − Σ_k weights_k δ_k),
     ``"h_sum"`` Σ_k h_k. The result has the dtype of ``params``.
     """
@@ -541,6 +543,8 @@ def qfedsgd(
     backend : {"numpy", "numba", "cuda"}
         As in :func:`qfedavg`.
 
+    Notes
+    -----
     ``info``: ``"weights"`` w_k with θ^{t+1} = θ^t − Σ_k w_k ∇F_k, ``"h_sum"`` Σ_k h_k.
     """
     qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)

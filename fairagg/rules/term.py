@@ -118,6 +118,8 @@ def term(
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
 
+    Notes
+    -----
     ``info``: ``"weights"`` the weight of each δ_k; ``"normaliser"`` S (official variant).
     """
     t = check_real(tilt, "tilt")

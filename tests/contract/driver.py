@@ -35,7 +35,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 #: Examples per entry: the default profile keeps the whole module near a minute on a small
-#: shared machine; ``FAIRAGG_CONTRACT_PROFILE=long`` multiplies them (see the README).
+#: shared machine; ``FAIRAGG_CONTRACT_PROFILE=long`` multiplies them (see
+#: docs/pages/guides/verification.md).
 PROFILE = os.environ.get("FAIRAGG_CONTRACT_PROFILE", "default")
 EXAMPLE_FACTOR = {"default": 1, "long": 25}[PROFILE]
 

@@ -1,4 +1,4 @@
-"""The contract over the whole public surface (README, "Errors and edge cases").
+"""The contract over the whole public surface (docs/pages/guides/errors.md).
 
 Every name in ``__all__`` of every public module has an entry in :data:`CONTRACT`; a new public
 name without one fails :func:`test_every_public_name_has_a_contract_entry`. Each callable's entry
