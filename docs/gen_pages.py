@@ -193,6 +193,7 @@ plugins:
         python:
           paths: [..]
           options:
+            extensions: [griffe_math.py:ReSTMath]
             docstring_style: numpy
             show_source: false
             members_order: source

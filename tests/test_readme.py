@@ -94,3 +94,18 @@ def test_the_conformance_example_fails_as_the_readme_shows():
     fixed = code.replace("np.linalg.norm(dw, axis=1)", "np.sum(dw * dw, axis=1)")
     exec(compile(fixed, str(README), "exec"), namespace)  # noqa: S102
     namespace["test_my_qfedavg"]()  # passes once the norm is squared
+
+
+def test_the_docs_render_the_docstrings_rest_maths():
+    import sys
+
+    sys.path.insert(0, str(DOCS))
+    try:
+        from griffe_math import convert
+    finally:
+        sys.path.remove(str(DOCS))
+    text = "A :math:`a_k = 1` b.\n\n.. math::\n\n    x = 1\n\n    y = 2\n\nAfter."
+    assert convert(text) == (
+        "A $a_k = 1$ b.\n\n$$\n\\begin{gathered}\nx = 1 \\\\\ny = 2\n\\end{gathered}\n$$\n\nAfter."
+    )
+    assert convert(".. math::\n\n    z\n") == "$$\nz\n$$"
