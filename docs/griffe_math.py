@@ -11,7 +11,9 @@ from typing import Any
 import griffe
 
 _ROLE = re.compile(r":math:`([^`]+)`")
-_BLOCK = re.compile(r"^([ \t]*)\.\. math::[ \t]*\n((?:[ \t]*\n)*)((?:\1[ \t]+\S.*\n|[ \t]*\n)+)", re.M)
+_BLOCK = re.compile(
+    r"^([ \t]*)\.\. math::[ \t]*\n((?:[ \t]*\n)*)((?:\1[ \t]+\S.*\n|[ \t]*\n)+)", re.M
+)
 
 
 def convert(text: str) -> str:
