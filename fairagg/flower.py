@@ -289,13 +289,6 @@ def arrays_to_params(arrays: ArrayRecord) -> np.ndarray:
     return _flatten(arrays)[0]
 
 
-def _same_shapes(a: Layout, b: Layout) -> bool:
-    """Same keys and shapes, and the same arrays are parameters."""
-    return [(k, s, _is_param(np.dtype(d))) for k, s, d in a] == [
-        (k, s, _is_param(np.dtype(d))) for k, s, d in b
-    ]
-
-
 # --------------------------------------------------------------------------------------------
 # Client side
 # --------------------------------------------------------------------------------------------
