@@ -152,6 +152,12 @@ def api_page(page: str, modules: list[str]) -> str:
             "its folder's name).",
             "",
         ]
+    if modules == ["fairagg"]:
+        lines += [
+            "`fairagg.simulate`, the function, shares its name with its module: it is documented",
+            "on [the simulate page](simulate.md), with `History` and `load_checkpoint`.",
+            "",
+        ]
     for mod in modules:
         lines += [f"::: {mod}", ""]
     return "\n".join(lines)
@@ -198,7 +204,8 @@ plugins:
             show_source: false
             members_order: source
             show_signature_annotations: false
-            filters: ["!^_"]
+            filters: public
+            show_if_no_docstring: true
 validation:
   links:
     not_found: warn
