@@ -26,6 +26,7 @@ on one until its two BLAS norms ran single-threaded.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,17 @@ __all__ = ["MIN_PARALLEL_MACS", "blas_single_thread", "num_threads", "run_tasks"
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's threads: its first parallel call starts a new
+    pool (reusing the parent's executor would queue tasks that no thread ever runs)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 #: Below this many multiply-adds a call runs on the calling thread alone: handing tasks to a

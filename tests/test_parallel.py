@@ -322,3 +322,36 @@ def test_fedfv_numba_runs_blas_on_one_thread_and_restores_it(monkeypatch):
     assert seen["numba"] and set(seen["numba"]) == {1}
     assert seen["numpy"] == before  # the reference leaves BLAS as the user set it
     np.testing.assert_allclose(got["numba"].direction, got["numpy"].direction, rtol=1e-12)
+
+
+def _fork_child(queue):
+    calls = []
+    lock = threading.Lock()
+
+    def fn(i):
+        with lock:
+            calls.append(i)
+
+    run_tasks(fn, list(range(8)), 2)
+    queue.put(sorted(calls))
+
+
+@needs_two
+def test_a_forked_child_gets_a_pool_of_its_own():
+    """After the parent has used the pool, a child forked from it (multiprocessing's default on
+    Linux) must not queue its tasks on the parent's executor, whose threads it does not have."""
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    run_tasks(lambda i: None, list(range(4)), 2)  # the parent's pool exists
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_fork_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung, "the forked child hung on the parent's thread pool"
+    assert queue.get(timeout=5) == list(range(8))
