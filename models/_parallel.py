@@ -37,6 +37,7 @@ __all__ = ["MIN_PARALLEL_MACS", "blas_single_thread", "num_threads", "run_tasks"
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_local = threading.local()  # in_pool: this thread is running a task for the pool
 
 
 def _forget_pool_in_child() -> None:
@@ -108,6 +109,8 @@ def run_tasks(
     """
     n = len(order)
     t = min(num_threads() if threads is None else threads, n)
+    if getattr(_local, "in_pool", False):
+        t = 1  # called from a task on a pool thread: queueing on the pool could wait for itself
     if t <= 1:
         for i in order:
             fn(i)
@@ -129,8 +132,15 @@ def run_tasks(
                     state["failed"] = True
                 raise
 
+    def pool_worker() -> None:
+        _local.in_pool = True
+        try:
+            worker()
+        finally:
+            _local.in_pool = False
+
     pool = _get_pool()
-    futures = [pool.submit(worker) for _ in range(t - 1)]
+    futures = [pool.submit(pool_worker) for _ in range(t - 1)]
     error: BaseException | None = None
     try:
         worker()

@@ -355,3 +355,29 @@ def test_a_forked_child_gets_a_pool_of_its_own():
         child.kill()
     assert not hung, "the forked child hung on the parent's thread pool"
     assert queue.get(timeout=5) == list(range(8))
+
+
+@needs_two
+def test_a_task_may_run_tasks_itself():
+    """A task that calls run_tasks (on a pool thread, whose pool has no other thread to run
+    what it queues) runs them on its own thread instead of waiting for itself."""
+    seen = []
+    lock = threading.Lock()
+
+    def inner(j):
+        with lock:
+            seen.append(j)
+
+    def outer(i):
+        run_tasks(inner, [10 * i + j for j in range(3)], 2)
+
+    done = threading.Event()
+
+    def go():
+        run_tasks(outer, list(range(4)), 2)
+        done.set()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    assert done.wait(timeout=30), "nested run_tasks deadlocked"
+    assert sorted(seen) == sorted(10 * i + j for i in range(4) for j in range(3))
