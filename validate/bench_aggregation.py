@@ -15,7 +15,8 @@ Probes, timed in the same process and interleaved with the kernels (``_bench.med
 round runs every callable in turn, so that a slow phase of a shared machine hits probes and
 kernels alike; 0.2 s of sleep before each switch lets idle OpenBLAS threads stop spinning):
 
-- CPU bandwidth: ``_bench.read_probe`` (a parallel Numba sum) reading D itself, m·d·8 bytes;
+- CPU bandwidth: ``_bench.read_probe`` (a Numba sum on fairagg's threads) reading D itself,
+  m·d·8 bytes;
 - CPU compute: a float64 square ``A @ B``, n = 2000, 2n³ flops (OpenBLAS's DGEMM);
 - GPU bandwidth: the driver's device-to-device copy (``copy_to_device`` between two device
   arrays: cuMemcpyDtoD, what CUDA's bandwidthTest measures) of D into a second device buffer
