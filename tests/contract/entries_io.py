@@ -9,10 +9,12 @@ run in the child interpreter (``subprocess=True``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import io
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -533,6 +535,7 @@ def _run_folder() -> Path:
     from fairagg.simulate import simulate
 
     folder = Path(tempfile.mkdtemp(prefix="fairagg-contract-run-"))
+    atexit.register(shutil.rmtree, folder, True)  # the process's temporary run, not left behind
     h = simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1)
     h.save(folder / "history.npz")
     return folder
@@ -543,7 +546,9 @@ def _checkpoint_file() -> Path:
     """A checkpoint of a one-round run, written once per process."""
     from fairagg.simulate import simulate
 
-    path = Path(tempfile.mkdtemp(prefix="fairagg-contract-")) / "run.ckpt"
+    folder = Path(tempfile.mkdtemp(prefix="fairagg-contract-"))
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "run.ckpt"
     simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1,
              checkpoint=path)  # fmt: skip
     return path
