@@ -172,7 +172,8 @@ def as_weights(x: Any, name: str) -> np.ndarray:
         arr = None
     if arr is not None and arr.dtype.kind == "f":
         w = as_float_array(arr, name, ndim=1, dtype=np.float64)  # finite, 1-D
-        if np.any(w != np.round(w)):
+        # real weights: a fraction, or a value beyond exact integers (Flower's 1e300 is a weight)
+        if np.any(w != np.round(w)) or (w.size and np.abs(w).max() >= 2.0**53):
             if w.min() <= 0:
                 raise ValueError(f"{name} must be positive; got minimum {w.min()}")
             return w

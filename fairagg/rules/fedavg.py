@@ -14,6 +14,7 @@ form on the (m, d) matrix of updates.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,8 @@ def fedavg_weights(num_samples: Any) -> np.ndarray:
     n = as_weights(num_samples, "num_samples")
     if n.size == 0:
         raise ValueError("num_samples must hold at least one client")
+    if n.dtype.kind == "f":  # real weights: scale the largest into [0.5, 1) first (exact), so
+        n = np.ldexp(n, -math.frexp(float(n.max()))[1])  # the sum neither overflows nor underflows
     return n / n.sum(dtype=np.float64)
 
 

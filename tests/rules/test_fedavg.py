@@ -347,6 +347,11 @@ def test_fedavg_weights_take_positive_real_weights():
     assert w.dtype == np.float64
     np.testing.assert_allclose(w, [0.25, 0.4, 0.35], rtol=1e-15)
     assert np.array_equal(fedavg_weights([2.0, 6.0]), fedavg_weights([2, 6]))  # integral: counts
+    # far from 1: the same weights, no overflow of the sum, no "64-bit integer" error
+    for scale in (1e300, 5e307, 1e-300, 5e-324):  # 5e307: the plain sum overflows
+        w = fedavg_weights([1.0 * scale, 3.0 * scale])
+        np.testing.assert_allclose(w, [0.25, 0.75], rtol=1e-15 if scale > 1e-300 else 0.5)
+        assert np.all(np.isfinite(w)) and w.sum() == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(("m", "exc"), [(0, ValueError), (2.0, TypeError), (True, TypeError)])
