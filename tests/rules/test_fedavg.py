@@ -366,13 +366,15 @@ def test_unknown_backend_rejected(factory):
         factory(backend="tpu")
 
 
-@pytest.mark.parametrize("bad", [[1e300, 1e300], [2**70, 3], [2.0**63, 1.0]])
-def test_counts_beyond_int64_are_a_clear_error(bad):
+def test_counts_beyond_int64_are_a_clear_error():
     """Huge counts wrapped around in the int64 cast before ("must be >= 1; got minimum
-    -9223372036854775808"); they are now refused with their own message."""
+    -9223372036854775808"); integers beyond int64 are now refused with their own message, and
+    floats beyond exact integers (2^53) are real weights, taken as such."""
     with pytest.raises(ValueError, match="num_samples must fit in a 64-bit integer"):
-        fedavg_weights(bad)
+        fedavg_weights([2**70, 3])
     assert_close(fedavg_weights([1e18, 3e18]), [0.25, 0.75])
+    assert_close(fedavg_weights([1e300, 1e300]), [0.5, 0.5])
+    assert_close(fedavg_weights([2.0**63, 1.0]), [1.0, 2.0**-63])
 
 
 def test_a_sequence_with_a_non_number_is_a_type_error_not_a_range_error():
