@@ -313,23 +313,14 @@ def template_app(parts, *, with_accuracy: bool = False, epochs: int = 2, lr: flo
     with the model under "arrays" and train_loss / num-examples."""
     app = ClientApp()
 
-    def loss_grad(W, b, X, y):
-        Z = X @ W.T + b
-        Z -= Z.max(axis=1, keepdims=True)
-        Pm = np.exp(Z)
-        Pm /= Pm.sum(axis=1, keepdims=True)
-        loss = float(-np.mean(np.log(Pm[np.arange(len(y)), y])))
-        Pm[np.arange(len(y)), y] -= 1.0
-        return loss, Pm.T @ X / len(y), Pm.mean(axis=0), float(np.mean(np.argmax(Z, 1) == y))
-
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         X, y = parts[int(context.node_config["partition-id"])]
         arrays = msg.content["arrays"].to_numpy_ndarrays()
         W, b = arrays[0].copy(), arrays[1].copy()
-        loss0, _, _, acc0 = loss_grad(W, b, X, y)
+        loss0, _, _, acc0 = _loss_grad(W, b, X, y)
         for _ in range(epochs):
-            _, gW, gb, _ = loss_grad(W, b, X, y)
+            _, gW, gb, _ = _loss_grad(W, b, X, y)
             W -= lr * gW
             b -= lr * gb
         metrics = {"train_loss": loss0, "num-examples": len(y)}

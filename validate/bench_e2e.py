@@ -86,7 +86,7 @@ class Spinner:
         time.sleep(0.3)
 
 
-def measure(data, rounds: int, repeats: int, busy: bool) -> dict[str, dict]:
+def measure(data, rounds: int, repeats: int) -> dict[str, dict]:
     """Per-round medians with one thread and with the defaults, interleaved repeats."""
     out = {"1 thread": [], "default": []}
     parts = {k: [] for k in out}
@@ -196,9 +196,9 @@ def main() -> None:
             log(f"{name} clients, {'beside a busy core' if busy else 'idle'} ...")
             if busy:
                 with Spinner():
-                    res = measure(data, args.rounds, args.repeats, busy)
+                    res = measure(data, args.rounds, args.repeats)
             else:
-                res = measure(data, args.rounds, args.repeats, busy)
+                res = measure(data, args.rounds, args.repeats)
             for mode, r in res.items():
                 rows.append(
                     {"sizes": name, "load": "busy" if busy else "idle", "threads": mode, **r}
