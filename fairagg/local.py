@@ -242,26 +242,21 @@ def train_clients(
         float(model.l2),
         *pf,
     )
-    all_rows = np.arange(X.shape[0], dtype=np.int64)
+    penalty = model._penalty(theta)
 
     def client(i: int) -> None:
         # the shuffles are drawn on the client's thread (NumPy's permutation releases the GIL)
+        lo, hi = los[i], his[i]
         order = client_shuffles(int(sizes[i]), epochs, seed, round_index, int(ids[i]))
-        order += los[i]
-        losses[i], accs[i] = sgd_one_client(
-            theta, X, y, all_rows, los[i], his[i], order.ravel(), 0, hyper, out[i]
-        )
+        order += lo
+        sgd_one_client(theta, X, y, hi - lo, order.ravel(), 0, hyper, out[i])
+        # F_k(θ^t) and the accuracy of θ^t: the model's blocked evaluation of the client's rows
+        # (the same numbers as ``model.evaluate_clients(θ^t, X_k, y_k, [0, n_k])``)
+        losses[i], accs[i] = model._evaluate_one(theta, X[lo:hi], y[lo:hi], penalty)
 
-    work = 3 * epochs * int(sizes.sum()) * _macs_per_row(model)  # forward and backward
+    work = 3 * epochs * int(sizes.sum()) * model._macs_per_row()  # forward and backward
     run_tasks(client, _largest_first(sizes), threads_for(work) if parallel else 1)
     return LocalResult(out, losses, accs, sizes)
-
-
-def _macs_per_row(model: FlatModel) -> int:
-    """Multiply-adds of one forward pass of ``model`` over one row."""
-    H, _ = model._kernel_dims()
-    p, C = model.n_features, model.n_classes
-    return p * H + H * C if H else p * C
 
 
 def _largest_first(sizes: np.ndarray) -> list[int]:
@@ -380,7 +375,7 @@ def client_gradients(
             theta, X, y, all_rows, los[i], his[i], perms, p0s[i], bsz, dims, out[i]
         )
 
-    work = (int(sizes.sum()) + 2 * int(np.minimum(sizes, bsz).sum())) * _macs_per_row(model)
+    work = (int(sizes.sum()) + 2 * int(np.minimum(sizes, bsz).sum())) * model._macs_per_row()
     run_tasks(client, _largest_first(sizes), threads_for(work))
     return LocalResult(out, losses, accs, sizes)
 

@@ -190,7 +190,11 @@ class FlatModel:
         return Xa, ya, off
 
     def _evaluate_rows(
-        self, p: np.ndarray, X: np.ndarray, y: np.ndarray, offsets: np.ndarray
+        self,
+        p: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        offsets: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`evaluate_clients` on checked input: ``p`` and ``X`` C-contiguous of one dtype,
         ``y`` int64, ``offsets`` int64 from 0 to len(X) with every client owning a row.
@@ -198,54 +202,101 @@ class FlatModel:
         The rows are cut into blocks of about :data:`EVAL_BLOCK_MACS` multiply-adds, computed on
         the threads of :mod:`fairagg.models._parallel` (each block by one thread, so the result
         does not depend on the thread count), or in the calling thread when the whole evaluation
-        is below ``_parallel.MIN_PARALLEL_MACS``; a client's loss is the sum of its rows' losses, in
-        row order, over its size, plus the L2 penalty.
+        is below ``_parallel.MIN_PARALLEL_MACS``;
+        a client's loss is the sum of its rows' losses, in row order, over its size, plus the L2
+        penalty.
         """
         N = X.shape[0]
+        row_loss = np.empty(N, dtype=np.float64)
+        hit = np.empty(N, dtype=np.int64)
+        size = self._block_rows(N)
+
+        def block(lo: int) -> None:
+            self._evaluate_block(p, X, y, lo, min(lo + size, N), row_loss, hit)
+
+        run_tasks(block, range(0, N, size), threads_for(N * self._macs_per_row()))
+        first = offsets[:-1]
+        sizes = np.diff(offsets)
+        losses = np.add.reduceat(row_loss, first) / sizes + self._penalty(p)
+        return losses, np.add.reduceat(hit, first) / sizes
+
+    def _macs_per_row(self) -> int:
+        """Multiply-adds of one forward pass over one row."""
+        H, _ = self._kernel_dims()
+        p_in, C = self.n_features, self.n_classes
+        return p_in * H + H * C if H else p_in * C
+
+    def _block_rows(self, N: int) -> int:
+        """Rows of an evaluation block of ``N`` rows: equal blocks of about
+        :data:`EVAL_BLOCK_MACS` multiply-adds, a multiple of 4 rows (``dense_rows``' groups),
+        from the sizes alone (a row's bits do not depend on the thread count)."""
+        nblk = -(-N * self._macs_per_row() // EVAL_BLOCK_MACS)  # ceil(work / EVAL_BLOCK_MACS)
+        per = -(-N // nblk)  # ceil(N / nblk) rows a block ...
+        return -(-per // 4) * 4  # ... rounded up to a multiple of 4
+
+    def _penalty(self, p: np.ndarray) -> float:
+        """``l2/2 · ||weights||²`` of ``p`` in float64 (biases carry no penalty)."""
+        H, _ = self._kernel_dims()
+        p_in, C = self.n_features, self.n_classes
+        w2 = H * p_in + H if H else 0  # offset of the output layer's weights
+        b2 = w2 + C * (H if H else p_in)
+        weights = [p[: H * p_in], p[w2:b2]] if H else [p[:b2]]
+        return l2_penalty(self.l2, *(w.astype(np.float64) for w in weights))
+
+    def _evaluate_block(
+        self,
+        p: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        lo: int,
+        hi: int,
+        row_loss: np.ndarray,
+        hit: np.ndarray,
+    ) -> None:
+        """Cross-entropy (without the penalty) and hit of the rows ``lo:hi`` of ``X`` into
+        ``row_loss[lo:hi]`` and ``hit[lo:hi]``: one block of :meth:`_evaluate_rows`, ``lo`` a
+        multiple of 4 (a row's logits are computed with the three rows beside it, in
+        ``dense_rows``' groups of 4 counted from row 0, so its bits do not depend on the block
+        size)."""
         H, act = self._kernel_dims()
         C = self.n_classes
         p_in = X.shape[1]
-        row_loss = np.empty(N, dtype=np.float64)
-        hit = np.empty(N, dtype=np.int64)
-        macs = (p_in * H + H * C) if H else p_in * C  # per row
-        # equal blocks of a multiple of 4 rows (dense_rows' groups), from the sizes alone: a
-        # row's bits do not depend on the thread count
-        nblk = -(-N * macs // EVAL_BLOCK_MACS)  # ceil(work / EVAL_BLOCK_MACS)
-        per = -(-N // nblk)  # ceil(N / nblk) rows a block ...
-        size = -(-per // 4) * 4  # ... rounded up to a multiple of 4
-        starts = range(0, N, size)
         w2 = H * p_in + H if H else 0  # offset of the output layer's weights
         b2 = w2 + C * (H if H else p_in)
-
-        def block(lo: int) -> None:
-            hi = min(lo + size, N)
-            if H:
-                A = np.empty((hi - lo, H), dtype=p.dtype)
-                _kernels.dense_rows(p, 0, H * p_in, X, lo, hi, A)
-                if act == _kernels.ACT_TANH:
-                    np.tanh(A, out=A)
-                else:
-                    np.maximum(A, 0.0, out=A)
-                Z = np.empty((hi - lo, C), dtype=p.dtype)
-                _kernels.dense_rows(p, w2, b2, A, 0, hi - lo, Z)
+        if H:
+            A = np.empty((hi - lo, H), dtype=p.dtype)
+            _kernels.dense_rows(p, 0, H * p_in, X, lo, hi, A)
+            if act == _kernels.ACT_TANH:
+                np.tanh(A, out=A)
             else:
-                Z = np.empty((hi - lo, C), dtype=p.dtype)
-                _kernels.dense_rows(p, 0, b2, X, lo, hi, Z)
-            zy = np.empty(hi - lo, dtype=p.dtype)
-            _kernels.shift_rows(Z, y, lo, zy, hit[lo:hi])
-            np.exp(Z, out=Z)
-            s = np.empty(hi - lo, dtype=p.dtype)
-            _kernels.row_sums(Z, s)
-            np.log(s, out=s)
-            np.subtract(s, zy, out=row_loss[lo:hi], casting="unsafe")
+                np.maximum(A, 0.0, out=A)
+            Z = np.empty((hi - lo, C), dtype=p.dtype)
+            _kernels.dense_rows(p, w2, b2, A, 0, hi - lo, Z)
+        else:
+            Z = np.empty((hi - lo, C), dtype=p.dtype)
+            _kernels.dense_rows(p, 0, b2, X, lo, hi, Z)
+        zy = np.empty(hi - lo, dtype=p.dtype)
+        _kernels.shift_rows(Z, y, lo, zy, hit[lo:hi])
+        np.exp(Z, out=Z)
+        s = np.empty(hi - lo, dtype=p.dtype)
+        _kernels.row_sums(Z, s)
+        np.log(s, out=s)
+        np.subtract(s, zy, out=row_loss[lo:hi], casting="unsafe")
 
-        run_tasks(block, starts, threads_for(N * macs))
-        first = offsets[:-1]
-        sizes = np.diff(offsets)
-        weights = [p[: H * p_in], p[w2:b2]] if H else [p[:b2]]
-        penalty = l2_penalty(self.l2, *(w.astype(np.float64) for w in weights))
-        losses = np.add.reduceat(row_loss, first) / sizes + penalty
-        return losses, np.add.reduceat(hit, first) / sizes
+    def _evaluate_one(
+        self, p: np.ndarray, X: np.ndarray, y: np.ndarray, penalty: float
+    ) -> tuple[float, float]:
+        """:meth:`_evaluate_rows` of one client owning all of ``X`` (checked input, ``penalty``
+        from :meth:`_penalty`), on the calling thread: the same numbers, without its set-up."""
+        N = X.shape[0]
+        row_loss = np.empty(N, dtype=np.float64)
+        hit = np.empty(N, dtype=np.int64)
+        size = self._block_rows(N)
+        for lo in range(0, N, size):
+            self._evaluate_block(p, X, y, lo, min(lo + size, N), row_loss, hit)
+        first = np.zeros(1, dtype=np.int64)
+        loss = np.add.reduceat(row_loss, first)[0] / N + penalty
+        return float(loss), float(np.add.reduceat(hit, first)[0] / N)
 
 
 #: Multiply-adds per evaluation block at most (3500 rows of the 60 × 10 logistic model, 940 of the

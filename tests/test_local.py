@@ -174,6 +174,22 @@ def test_reported_loss_and_accuracy_are_those_of_theta_before_training(name, dty
         assert res.num_samples[i] == Xk.shape[0]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_reported_loss_and_accuracy_are_the_models_evaluation_bit_for_bit(name, dtype):
+    # the reports come from the blocked evaluation: the numbers evaluate_clients gives on the
+    # client's own rows, whatever the training hyper-parameters
+    model = MODELS[name]
+    theta = start_params(model, dtype)
+    clients = [3, 1]
+    res = train_clients(model, theta, DATA, clients, epochs=2, batch_size=5, lr=0.3, momentum=0.5)
+    for i, k in enumerate(clients):
+        Xk, yk = DATA.client_train(k)
+        loss, acc = model.evaluate_clients(theta, Xk, yk, [0, Xk.shape[0]])
+        assert res.losses[i] == loss[0]
+        assert res.accuracies[i] == acc[0]
+
+
 # --------------------------------------------------------------------------------------------
 # bitwise reproducibility
 # --------------------------------------------------------------------------------------------
