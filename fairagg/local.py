@@ -27,7 +27,10 @@ Conventions
 - The order of client k in round t comes from ``np.random.default_rng([seed, 1, t, k])``:
   ``epochs`` successive calls of ``rng.permutation(n_k)`` (see :func:`client_shuffles`). It depends
   on nothing else, so a run is bitwise reproducible and a client's update is the same whether the
-  clients are trained one by one or in parallel, and whoever else was selected.
+  clients are trained one by one or in parallel, and whoever else was selected. The kernel draws
+  these orders itself (NumPy's SeedSequence, PCG64 and shuffle, re-implemented and tested equal
+  to NumPy's generator): creating a NumPy generator per client cost as much as a small client's
+  training.
 - :func:`sgd_reference` is the same algorithm in plain NumPy on the model's NumPy gradient: the
   specification the Numba kernel is tested against.
 """
@@ -64,7 +67,8 @@ __all__ = [
 #: Stream tag of the local-training shuffles in ``default_rng([seed, tag, round, client])``.
 SHUFFLE_STREAM = 1
 
-#: The most shuffled row indices one call may hold (epochs · rows): 2^31 int64s are 16 GiB.
+#: The most shuffled row indices one ``client_shuffles`` call may hold (epochs · rows), and the
+#: most rows of one client in ``train_clients``: 2^31 int64s are 16 GiB.
 MAX_SHUFFLE = 2**31
 
 
@@ -105,6 +109,20 @@ def client_shuffles(num_samples: int, epochs: int, seed: int, round_index: int, 
     out = np.empty((epochs, num_samples), dtype=np.int64)
     for e in range(epochs):
         out[e] = rng.permutation(num_samples)
+    return out
+
+
+def _seed_words(*values: int) -> list[int]:
+    """The 32-bit words NumPy's SeedSequence reads from the non-negative integers ``values``
+    (least significant first, one word for 0): ``default_rng([a, b, ...])`` hashes them in this
+    order. The kernels' shuffles start from them (``models._kernels.shuffles``)."""
+    out = []
+    for v in values:
+        out.append(v & 0xFFFFFFFF)
+        v >>= 32
+        while v:
+            out.append(v & 0xFFFFFFFF)
+            v >>= 32
     return out
 
 
@@ -225,8 +243,12 @@ def train_clients(
     m, d = ids.size, theta.size
     out = _check_out(out, m, d, theta.dtype)
     sizes = his - los
-    for i in range(m):  # the shuffles' size limit, checked before any training
-        _check_shuffle_size(int(sizes[i]), epochs)
+    if m and sizes.max() > MAX_SHUFFLE:  # the kernel's shuffles draw 32-bit words
+        i = int(np.argmax(sizes))
+        raise ValueError(
+            f"client {int(ids[i])} has {int(sizes[i])} training rows; local SGD shuffles at most"
+            f" {MAX_SHUFFLE} rows a client"
+        )
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
     H, act = model._kernel_dims()
@@ -244,12 +266,13 @@ def train_clients(
     )
     penalty = model._penalty(theta)
 
+    stream = _seed_words(seed, SHUFFLE_STREAM, round_index)
+
     def client(i: int) -> None:
-        # the shuffles are drawn on the client's thread (NumPy's permutation releases the GIL)
+        # the kernel draws the client's shuffles itself: client_shuffles' orders (tested equal)
         lo, hi = los[i], his[i]
-        order = client_shuffles(int(sizes[i]), epochs, seed, round_index, int(ids[i]))
-        order += lo
-        sgd_one_client(theta, X, y, hi - lo, order.ravel(), 0, hyper, out[i])
+        entropy = np.array(stream + _seed_words(int(ids[i])), dtype=np.uint64)
+        sgd_one_client(theta, X, y, lo, hi - lo, entropy, hyper, out[i])
         # F_k(θ^t) and the accuracy of θ^t: the model's blocked evaluation of the client's rows
         # (the same numbers as ``model.evaluate_clients(θ^t, X_k, y_k, [0, n_k])``)
         losses[i], accs[i] = model._evaluate_one(theta, X[lo:hi], y[lo:hi], penalty)

@@ -47,6 +47,25 @@ def _cross_entropy_row(z, C, label):
 
 
 @njit(cache=True)
+def _softmax_grad_row(z, C, label):
+    """``z[:C]`` becomes dF/dz = softmax − onehot, as in :func:`_cross_entropy_row`, without the
+    loss (no logarithm)."""
+    zmax = z[0]
+    for c in range(1, C):
+        if z[c] > zmax:
+            zmax = z[c]
+    s = 0.0
+    for c in range(C):
+        e = np.exp(z[c] - zmax)
+        z[c] = e
+        s += e
+    inv = 1.0 / s
+    for c in range(C):
+        z[c] *= inv
+    z[label] -= 1.0
+
+
+@njit(cache=True)
 def _softmax_row(z, C):
     """Turn logits ``z[:C]`` into probabilities in place; return (log-sum-exp, argmax).
 
@@ -103,12 +122,16 @@ def _dense_backward(params, grad, w_ofs, b_ofs, x, n_in, dout, n_out, dx):
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l2, grad, work):
+def batch_loss_grad(
+    params, X, y, rows, start, stop, n_hidden, n_classes, act, l2, grad, work, need_loss=True
+):
     """Mean cross-entropy (+ l2/2 ||weights||^2) over ``X[rows[start:stop]]``.
 
     Writes the mean gradient into ``grad`` unless ``grad.size == 0``. Returns ``(loss, correct)``
     where ``correct`` counts argmax predictions equal to the label (first index on ties, as
-    ``np.argmax``). ``loss`` is accumulated in float64 whatever the parameter dtype. Logistic
+    ``np.argmax``). ``loss`` is accumulated in float64 whatever the parameter dtype. With
+    ``need_loss`` false and a gradient wanted, only the gradient is computed (no logarithm, no
+    penalty) and ``(0.0, 0)`` is returned: the training steps that do not read the loss. Logistic
     regression is the MLP without its hidden layer: one dense layer instead of two.
     """
     p = X.shape[1]
@@ -140,11 +163,17 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
                 else:
                     h[k] = a[k] if a[k] > 0.0 else 0.0
             _dense_forward(params, w2, b2, h, H, z, C)
-        li, hit = _cross_entropy_row(z, C, y[rows[i]])  # z becomes dF/dz
-        loss += li
-        correct += hit
         if not want:
+            li, hit = _cross_entropy_row(z, C, y[rows[i]])
+            loss += li
+            correct += hit
             continue
+        if need_loss:
+            li, hit = _cross_entropy_row(z, C, y[rows[i]])  # z becomes dF/dz
+            loss += li
+            correct += hit
+        else:
+            _softmax_grad_row(z, C, y[rows[i]])
         if H == 0:
             _dense_backward(params, grad, w2, b2, x, p, z, C, no_dx)
         else:
@@ -160,7 +189,7 @@ def batch_loss_grad(params, X, y, rows, start, stop, n_hidden, n_classes, act, l
     w_lo1, w_hi1, w_lo2, w_hi2 = 0, H * p, w2, b2
     nb = stop - start
     reg = 0.0
-    if l2 != 0.0:
+    if l2 != 0.0 and need_loss:
         for q in range(w_lo1, w_hi1):
             reg += params[q] * params[q]
         for q in range(w_lo2, w_hi2):
@@ -254,6 +283,164 @@ def row_sums(E, out):
         out[i] = acc
 
 
+# --- the clients' shuffles, drawn in the kernel ----------------------------------------------
+# ``fairagg.local.client_shuffles`` defines a client's visiting order as successive
+# ``rng.permutation(n)`` calls of ``rng = np.random.default_rng(entropy)``. Creating that
+# generator costs about 8 µs of Python (SeedSequence's hashing and PCG64's seeding), as much as a
+# small client's training; the functions below compute the same numbers in the kernel: NumPy's
+# SeedSequence (pool of 4 words), PCG64 (128-bit LCG, XSL-RR output, 32-bit draws served from
+# the halves of a 64-bit one), ``random_interval`` (masked rejection) and the Fisher-Yates loop of
+# ``Generator.shuffle``. All arithmetic is unsigned 64-bit; 32-bit words are masked explicitly.
+# Tested equal to NumPy's generator for many entropies and sizes (tests/test_local.py).
+
+_M32 = np.uint64(0xFFFFFFFF)
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+_U16 = np.uint64(16)
+_U32 = np.uint64(32)
+_U58 = np.uint64(58)
+_U63 = np.uint64(63)
+_U64 = np.uint64(64)
+# SeedSequence's hash constants
+_INIT_A = np.uint64(0x43B0D7E5)
+_MULT_A = np.uint64(0x931E8875)
+_INIT_B = np.uint64(0x8B51F9DD)
+_MULT_B = np.uint64(0x58F38DED)
+_MIX_MULT_L = np.uint64(0xCA01F9DD)
+_MIX_MULT_R = np.uint64(0x4973F715)
+# PCG64's multiplier, high and low 64 bits
+_PCG_MULT_HI = np.uint64(2549297995355413924)
+_PCG_MULT_LO = np.uint64(4865540595714422341)
+
+
+@njit(cache=True)
+def _hashmix(value, hc):
+    """SeedSequence's hashmix of a 32-bit ``value``; ``hc[0]`` is the running hash constant."""
+    value = (value ^ hc[0]) & _M32
+    hc[0] = (hc[0] * _MULT_A) & _M32
+    value = (value * hc[0]) & _M32
+    return value ^ (value >> _U16)
+
+
+@njit(cache=True)
+def _mix(x, y):
+    r = (_MIX_MULT_L * x - _MIX_MULT_R * y) & _M32
+    return r ^ (r >> _U16)
+
+
+@njit(cache=True)
+def _seed_pool(entropy):
+    """SeedSequence(entropy).pool for ``entropy`` given as its 32-bit words (uint64 < 2^32)."""
+    pool = np.zeros(4, dtype=np.uint64)
+    hc = np.empty(1, dtype=np.uint64)
+    hc[0] = _INIT_A
+    for i in range(4):
+        pool[i] = _hashmix(entropy[i] if i < entropy.size else _U0, hc)
+    for i_src in range(4):
+        for i_dst in range(4):
+            if i_src != i_dst:
+                pool[i_dst] = _mix(pool[i_dst], _hashmix(pool[i_src], hc))
+    for i_src in range(4, entropy.size):
+        for i_dst in range(4):
+            pool[i_dst] = _mix(pool[i_dst], _hashmix(entropy[i_src], hc))
+    return pool
+
+
+@njit(cache=True)
+def _mulhi64(x, y):
+    """High 64 bits of the 128-bit product of two unsigned 64-bit integers."""
+    x0, x1 = x & _M32, x >> _U32
+    y0, y1 = y & _M32, y >> _U32
+    w0 = x0 * y0
+    t = x1 * y0 + (w0 >> _U32)
+    w1 = (t & _M32) + x0 * y1
+    return x1 * y1 + (t >> _U32) + (w1 >> _U32)
+
+
+@njit(cache=True)
+def _pcg_step(st):
+    """state = state · multiplier + inc (mod 2^128); ``st`` starts [state_hi, state_lo, inc_hi,
+    inc_lo]."""
+    hi, lo = st[0], st[1]
+    new_lo = lo * _PCG_MULT_LO
+    new_hi = _mulhi64(lo, _PCG_MULT_LO) + lo * _PCG_MULT_HI + hi * _PCG_MULT_LO
+    s_lo = new_lo + st[3]
+    st[0] = new_hi + st[2] + (_U1 if s_lo < new_lo else _U0)
+    st[1] = s_lo
+
+
+@njit(cache=True)
+def _pcg_seed(pool):
+    """PCG64 seeded from a SeedSequence pool: [state_hi, state_lo, inc_hi, inc_lo, has32, word]."""
+    hc = _INIT_B
+    words = np.empty(8, dtype=np.uint64)
+    for i in range(8):  # generate_state(4, uint64): 8 words of 32 bits, cycling over the pool
+        v = (pool[i % 4] ^ hc) & _M32
+        hc = (hc * _MULT_B) & _M32
+        v = (v * hc) & _M32
+        words[i] = v ^ (v >> _U16)
+    seed_hi, seed_lo = words[0] | (words[1] << _U32), words[2] | (words[3] << _U32)
+    inc_hi, inc_lo = words[4] | (words[5] << _U32), words[6] | (words[7] << _U32)
+    st = np.zeros(6, dtype=np.uint64)
+    st[2] = (inc_hi << _U1) | (inc_lo >> _U63)  # inc = (initseq << 1) | 1
+    st[3] = (inc_lo << _U1) | _U1
+    _pcg_step(st)
+    lo = st[1] + seed_lo  # state += initstate
+    st[0] = st[0] + seed_hi + (_U1 if lo < seed_lo else _U0)
+    st[1] = lo
+    _pcg_step(st)
+    return st
+
+
+@njit(cache=True)
+def _pcg_next32(st):
+    """NumPy's PCG64 next_uint32: the low half of a fresh 64-bit draw, then its high half."""
+    if st[4] != _U0:
+        st[4] = _U0
+        return st[5]
+    _pcg_step(st)
+    hi, lo = st[0], st[1]
+    rot = hi >> _U58
+    x = hi ^ lo
+    out = (x >> rot) | (x << ((_U64 - rot) & _U63))
+    st[4] = _U1
+    st[5] = out >> _U32
+    return out & _M32
+
+
+@njit(cache=True)
+def _shuffle_into(order, st):
+    """``order[:] = rng.permutation(order.size)`` for the generator state ``st`` (sizes below
+    2^32, where ``random_interval`` draws 32-bit words)."""
+    n = order.size
+    for i in range(n):
+        order[i] = i
+    for i in range(n - 1, 0, -1):
+        mask = np.uint64(i)
+        mask |= mask >> np.uint64(1)
+        mask |= mask >> np.uint64(2)
+        mask |= mask >> np.uint64(4)
+        mask |= mask >> np.uint64(8)
+        mask |= mask >> np.uint64(16)
+        while True:
+            v = _pcg_next32(st) & mask
+            if v <= np.uint64(i):
+                break
+        j = np.int64(v)
+        order[i], order[j] = order[j], order[i]
+
+
+@njit(cache=True, nogil=True)
+def shuffles(entropy, n, epochs):
+    """``fairagg.local.client_shuffles``' array, shape (epochs, n), for ``default_rng(entropy)``
+    given as its SeedSequence words (for tests and for callers that want the orders)."""
+    st = _pcg_seed(_seed_pool(entropy))
+    out = np.empty((epochs, n), dtype=np.int64)
+    for e in range(epochs):
+        _shuffle_into(out[e], st)
+    return out
+
+
 # --- local SGD (fairagg.local wraps these) ---------------------------------------------------
 # They live beside the kernel they call: Numba's on-disk cache is invalidated per source file,
 # so a caller in another file would keep running a stale copy of an edited kernel. They release
@@ -261,15 +448,16 @@ def row_sums(E, out):
 
 
 @njit(cache=True, nogil=True)
-def sgd_one_client(theta, X, y, n, perm, p0, hyper, delta):
+def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
     ``delta``. F_k(theta) and the training accuracy of theta are not computed here: the caller
     evaluates them with the blocked evaluation of ``FlatModel._evaluate_rows`` (about twice as
     fast as this kernel's row-by-row forward pass, and then equal to ``evaluate_clients`` on the
     client's rows bit for bit).
 
-    The client owns ``n`` rows; ``perm[p0 : p0 + epochs*n]`` holds its visiting order (indices
-    into ``X``);
+    The client owns the ``n`` rows ``lo : lo + n`` of ``X``; each epoch visits them in the order
+    of a fresh ``rng.permutation(n)`` of ``rng = np.random.default_rng(entropy)`` (``entropy``
+    given as its SeedSequence words, see :func:`shuffles`);
     ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber)``; ``pf_m > 0``
     trains on PropFair's surrogate −log(1 − f/M) of each minibatch loss f: the minibatch gradient
     is scaled by 1/(M − f), or by 1/M (1/ε when ``pf_huber``) where M − f < ε (SPEC §6).
@@ -280,11 +468,15 @@ def sgd_one_client(theta, X, y, n, perm, p0, hyper, delta):
     w = theta.copy()
     v = np.zeros(d, dtype=theta.dtype)
     g = np.empty(d, dtype=theta.dtype)
-    for e in range(epochs):
-        base = p0 + e * n
+    st = _pcg_seed(_seed_pool(entropy))
+    order = np.empty(n, dtype=np.int64)
+    for _ in range(epochs):
+        _shuffle_into(order, st)
+        for i in range(n):
+            order[i] += lo
         for s in range(0, n, B):
             stop = min(s + B, n)
-            f, _ = batch_loss_grad(w, X, y, perm, base + s, base + stop, H, C, act, l2, g, work)
+            f, _ = batch_loss_grad(w, X, y, order, s, stop, H, C, act, l2, g, work, pf_m > 0.0)
             if pf_m > 0.0:
                 gap = pf_m - f
                 if gap >= pf_eps:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairagg.data import FederatedData, from_client_arrays
 from fairagg.local import LocalResult, client_shuffles, sgd_reference, train_clients
@@ -259,6 +261,43 @@ def test_client_shuffles_are_documented_permutations():
     for row in order:
         np.testing.assert_array_equal(np.sort(row), np.arange(9))
         np.testing.assert_array_equal(row, rng.permutation(9))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.one_of(st.integers(0, 2**32 - 1), st.integers(0, 2**80)),
+    round_index=st.integers(0, 2**40),
+    client=st.integers(0, 2**33),
+    n=st.integers(1, 300),
+    epochs=st.integers(1, 4),
+)
+def test_kernel_shuffles_are_client_shuffles(seed, round_index, client, n, epochs):
+    # train_clients draws its orders in the kernel (NumPy's SeedSequence, PCG64 and shuffle
+    # re-implemented); they must be client_shuffles', NumPy's own generator, number for number
+    from fairagg.local import _seed_words
+    from fairagg.models._kernels import shuffles
+
+    words = np.array(_seed_words(seed, 1, round_index, client), dtype=np.uint64)
+    want = client_shuffles(n, epochs, seed, round_index, client)
+    np.testing.assert_array_equal(shuffles(words, n, epochs), want)
+
+
+@pytest.mark.parametrize("n", [2**16 + 3, 2**20])
+def test_kernel_shuffles_of_large_clients_are_client_shuffles(n):
+    from fairagg.local import _seed_words
+    from fairagg.models._kernels import shuffles
+
+    words = np.array(_seed_words(7, 1, 3, 12), dtype=np.uint64)
+    np.testing.assert_array_equal(shuffles(words, n, 2), client_shuffles(n, 2, 7, 3, 12))
+
+
+def test_train_clients_refuses_a_client_beyond_the_shuffle_limit(monkeypatch):
+    import fairagg.local as local
+
+    monkeypatch.setattr(local, "MAX_SHUFFLE", 10)
+    model = MODELS["logistic"]
+    with pytest.raises(ValueError, match=r"^client 3 has 16 training rows; local SGD shuffles"):
+        train_clients(model, start_params(model), DATA, [1, 3], epochs=1, batch_size=2, lr=0.1)
 
 
 # --------------------------------------------------------------------------------------------
