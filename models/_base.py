@@ -146,7 +146,7 @@ class FlatModel:
         work = np.empty(_kernels.work_size(H, self.n_classes), dtype=p.dtype)
         rows = np.arange(Xa.shape[0], dtype=np.int64)
         loss, _ = _kernels.batch_loss_grad(
-            p, Xa, ya, rows, 0, Xa.shape[0], H, self.n_classes, act, self.l2, grad, work
+            p, Xa, ya, rows, 0, Xa.shape[0], H, self.n_classes, act, self.l2, grad, work, True
         )
         return float(loss), grad
 

@@ -123,7 +123,7 @@ def _dense_backward(params, grad, w_ofs, b_ofs, x, n_in, dout, n_out, dx):
 
 @njit(cache=True, fastmath=_FASTMATH)
 def batch_loss_grad(
-    params, X, y, rows, start, stop, n_hidden, n_classes, act, l2, grad, work, need_loss=True
+    params, X, y, rows, start, stop, n_hidden, n_classes, act, l2, grad, work, need_loss
 ):
     """Mean cross-entropy (+ l2/2 ||weights||^2) over ``X[rows[start:stop]]``.
 
@@ -313,40 +313,7 @@ _PCG_MULT_HI = np.uint64(2549297995355413924)
 _PCG_MULT_LO = np.uint64(4865540595714422341)
 
 
-@njit(cache=True)
-def _hashmix(value, hc):
-    """SeedSequence's hashmix of a 32-bit ``value``; ``hc[0]`` is the running hash constant."""
-    value = (value ^ hc[0]) & _M32
-    hc[0] = (hc[0] * _MULT_A) & _M32
-    value = (value * hc[0]) & _M32
-    return value ^ (value >> _U16)
-
-
-@njit(cache=True)
-def _mix(x, y):
-    r = (_MIX_MULT_L * x - _MIX_MULT_R * y) & _M32
-    return r ^ (r >> _U16)
-
-
-@njit(cache=True)
-def _seed_pool(entropy):
-    """SeedSequence(entropy).pool for ``entropy`` given as its 32-bit words (uint64 < 2^32)."""
-    pool = np.zeros(4, dtype=np.uint64)
-    hc = np.empty(1, dtype=np.uint64)
-    hc[0] = _INIT_A
-    for i in range(4):
-        pool[i] = _hashmix(entropy[i] if i < entropy.size else _U0, hc)
-    for i_src in range(4):
-        for i_dst in range(4):
-            if i_src != i_dst:
-                pool[i_dst] = _mix(pool[i_dst], _hashmix(pool[i_src], hc))
-    for i_src in range(4, entropy.size):
-        for i_dst in range(4):
-            pool[i_dst] = _mix(pool[i_dst], _hashmix(entropy[i_src], hc))
-    return pool
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _mulhi64(x, y):
     """High 64 bits of the 128-bit product of two unsigned 64-bit integers."""
     x0, x1 = x & _M32, x >> _U32
@@ -357,7 +324,7 @@ def _mulhi64(x, y):
     return x1 * y1 + (t >> _U32) + (w1 >> _U32)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pcg_step(st):
     """state = state · multiplier + inc (mod 2^128); ``st`` starts [state_hi, state_lo, inc_hi,
     inc_lo]."""
@@ -370,18 +337,49 @@ def _pcg_step(st):
 
 
 @njit(cache=True)
-def _pcg_seed(pool):
-    """PCG64 seeded from a SeedSequence pool: [state_hi, state_lo, inc_hi, inc_lo, has32, word]."""
+def _rng_state(entropy):
+    """The state of ``np.random.default_rng(entropy)``'s PCG64, ``entropy`` given as the 32-bit
+    words its SeedSequence reads (uint64 < 2^32): [state_hi, state_lo, inc_hi, inc_lo, has32,
+    word] (``has32``/``word``: the buffered high half of the last 64-bit draw).
+
+    SeedSequence mixes the words into a pool of 4 (hashmix: v ^= h; h *= MULT_A; v *= h;
+    v ^= v >> 16; mix(x, y) = (L x − R y) ^ (...) >> 16, all mod 2^32), generates 8 words from
+    the pool with a second hash (INIT_B, MULT_B), and PCG64 is seeded with the first two 64-bit
+    words as the initial state and the last two as the stream (inc = 2 · stream + 1): state = 0,
+    step, state += seed, step."""
+    ne = entropy.size
+    pool = np.zeros(4, dtype=np.uint64)
+    hc = _INIT_A
+    for k in range(4 + 12 + 4 * max(ne - 4, 0)):  # every hashmix of the pool's mixing, in order
+        if k < 4:
+            v, dst = entropy[k] if k < ne else _U0, k
+        elif k < 16:
+            src, r = divmod(k - 4, 3)  # the 3 destinations of each source
+            dst = r if r < src else r + 1
+            v = pool[src]
+        else:
+            src, dst = divmod(k - 16, 4)
+            v = entropy[4 + src]
+        v = (v ^ hc) & _M32
+        hc = (hc * _MULT_A) & _M32
+        v = (v * hc) & _M32
+        v ^= v >> _U16
+        if k < 4:
+            pool[dst] = v
+        else:  # mix(pool[dst], hashmix(...))
+            r = (_MIX_MULT_L * pool[dst] - _MIX_MULT_R * v) & _M32
+            pool[dst] = r ^ (r >> _U16)
+    st = np.zeros(6, dtype=np.uint64)
     hc = _INIT_B
-    words = np.empty(8, dtype=np.uint64)
-    for i in range(8):  # generate_state(4, uint64): 8 words of 32 bits, cycling over the pool
+    for i in range(8):  # generate_state(4, uint64): 8 words cycling over the pool, in st[6:]...
         v = (pool[i % 4] ^ hc) & _M32
         hc = (hc * _MULT_B) & _M32
         v = (v * hc) & _M32
-        words[i] = v ^ (v >> _U16)
-    seed_hi, seed_lo = words[0] | (words[1] << _U32), words[2] | (words[3] << _U32)
-    inc_hi, inc_lo = words[4] | (words[5] << _U32), words[6] | (words[7] << _U32)
-    st = np.zeros(6, dtype=np.uint64)
+        v ^= v >> _U16
+        # ... paired little-endian: words (0, 1) seed_hi, (2, 3) seed_lo, (4, 5) inc_hi, (6, 7)
+        st[i // 2] |= v << (_U32 if i % 2 else _U0)
+    seed_hi, seed_lo, inc_hi, inc_lo = st[0], st[1], st[2], st[3]
+    st[0] = st[1] = _U0
     st[2] = (inc_hi << _U1) | (inc_lo >> _U63)  # inc = (initseq << 1) | 1
     st[3] = (inc_lo << _U1) | _U1
     _pcg_step(st)
@@ -392,7 +390,7 @@ def _pcg_seed(pool):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pcg_next32(st):
     """NumPy's PCG64 next_uint32: the low half of a fresh 64-bit draw, then its high half."""
     if st[4] != _U0:
@@ -434,7 +432,7 @@ def _shuffle_into(order, st):
 def shuffles(entropy, n, epochs):
     """``fairagg.local.client_shuffles``' array, shape (epochs, n), for ``default_rng(entropy)``
     given as its SeedSequence words (for tests and for callers that want the orders)."""
-    st = _pcg_seed(_seed_pool(entropy))
+    st = _rng_state(entropy)
     out = np.empty((epochs, n), dtype=np.int64)
     for e in range(epochs):
         _shuffle_into(out[e], st)
@@ -468,7 +466,7 @@ def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     w = theta.copy()
     v = np.zeros(d, dtype=theta.dtype)
     g = np.empty(d, dtype=theta.dtype)
-    st = _pcg_seed(_seed_pool(entropy))
+    st = _rng_state(entropy)
     order = np.empty(n, dtype=np.int64)
     for _ in range(epochs):
         _shuffle_into(order, st)
@@ -514,9 +512,13 @@ def gradient_one_client(theta, X, y, all_rows, lo, hi, perm, p0, bsz, dims, grad
     n = hi - lo
     work = np.empty(work_size(H, C), dtype=theta.dtype)
     if bsz >= n:
-        loss, correct = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, grad, work)
+        loss, correct = batch_loss_grad(
+            theta, X, y, all_rows, lo, hi, H, C, act, l2, grad, work, True
+        )
     else:
         no_grad = np.empty(0, dtype=theta.dtype)
-        loss, correct = batch_loss_grad(theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work)
-        batch_loss_grad(theta, X, y, perm, p0, p0 + bsz, H, C, act, l2, grad, work)
+        loss, correct = batch_loss_grad(
+            theta, X, y, all_rows, lo, hi, H, C, act, l2, no_grad, work, True
+        )
+        batch_loss_grad(theta, X, y, perm, p0, p0 + bsz, H, C, act, l2, grad, work, True)
     return loss, correct / n
