@@ -118,6 +118,8 @@ def _seed_words(*values: int) -> list[int]:
     order. The kernels' shuffles start from them (``models._kernels.shuffles``)."""
     out = []
     for v in values:
+        if v < 0:
+            raise ValueError(f"seed words come from integers >= 0; got {v}")
         out.append(v & 0xFFFFFFFF)
         v >>= 32
         while v:

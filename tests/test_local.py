@@ -405,3 +405,20 @@ def test_sgd_reference_rejects_bad_hyperparameters(kwargs, match):
     args = {"batch_size": 2, "lr": 0.1, **kwargs}
     with pytest.raises(ValueError, match=match):
         sgd_reference(model, start_params(model), Xk, yk, np.arange(12)[None, :], **args)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_kernel_loss_without_gradient_ignores_need_loss(name):
+    # need_loss only lets training steps skip the loss; a call without a gradient returns the
+    # whole loss (penalty included) either way
+    from fairagg.models._kernels import batch_loss_grad, work_size
+
+    model = MODELS[name]
+    theta = start_params(model)
+    X, y = DATA.client_train(3)
+    H, act = model._kernel_dims()
+    rows = np.arange(X.shape[0], dtype=np.int64)
+    work = np.empty(work_size(H, C))
+    args = (theta, X, y, rows, 0, X.shape[0], H, C, act, float(model.l2), np.empty(0), work)
+    assert batch_loss_grad(*args, False) == batch_loss_grad(*args, True)
+    assert batch_loss_grad(*args, True)[0] == pytest.approx(model.loss(theta, X, y), rel=1e-12)
