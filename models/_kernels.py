@@ -50,24 +50,20 @@ def _cross_entropy_row(z, C, label):
 def _softmax_grad_row(z, C, label):
     """``z[:C]`` becomes dF/dz = softmax − onehot, as in :func:`_cross_entropy_row`, without the
     loss (no logarithm)."""
-    zmax = z[0]
-    for c in range(1, C):
-        if z[c] > zmax:
-            zmax = z[c]
-    s = 0.0
-    for c in range(C):
-        e = np.exp(z[c] - zmax)
-        z[c] = e
-        s += e
-    inv = 1.0 / s
-    for c in range(C):
-        z[c] *= inv
+    _softmax_probs(z, C)
     z[label] -= 1.0
 
 
 @njit(cache=True)
 def _softmax_row(z, C):
-    """Turn logits ``z[:C]`` into probabilities in place; return (log-sum-exp, argmax).
+    """Turn logits ``z[:C]`` into probabilities in place; return (log-sum-exp, argmax)."""
+    zmax, arg, s = _softmax_probs(z, C)
+    return zmax + np.log(s), arg
+
+
+@njit(cache=True)
+def _softmax_probs(z, C):
+    """Turn logits ``z[:C]`` into probabilities in place; return (max, argmax, Σ exp(z − max)).
 
     One exponential per class: ``z_c - max`` is exponentiated once, summed, and divided.
     """
@@ -85,7 +81,7 @@ def _softmax_row(z, C):
     inv = 1.0 / s
     for c in range(C):
         z[c] *= inv
-    return zmax + np.log(s), arg
+    return zmax, arg, s
 
 
 # reassoc lets LLVM split the length-p dot products over SIMD lanes and several accumulators
