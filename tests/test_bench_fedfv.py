@@ -46,11 +46,11 @@ def test_row_is_complete_and_consistent(tiny_run):
         "t_gram_s",
         "ratio_vector_gram",
         "peak_GFLOPs",
-        "syrk_GFLOPs",
+        "ddt_GFLOPs",
         "probe_GBps",
         "roofline_s",
         "gram_over_roofline",
-        "gram_over_blas",
+        "gram_over_parts",
     ):
         v = float(r[key])
         assert math.isfinite(v) and v > 0.0, (key, v)
@@ -60,7 +60,7 @@ def test_row_is_complete_and_consistent(tiny_run):
     assert r["bound"] in ("flops", "bytes")
     assert int(r["gram_bytes"]) == 2 * 6 * 3000 * 8  # the updates read twice
     assert int(r["gram_flops"]) == 6 * 7 * 3000 + 4 * 6 * 3000 + 4 * 6**3
-    shares = sum(float(r[f"share_{k}"]) for k in ("syrk", "final", "rest"))
+    shares = sum(float(r[f"share_{k}"]) for k in ("ddt", "final", "rest"))
     assert math.isclose(shares, 1.0, rel_tol=1e-12)
 
 

@@ -347,20 +347,42 @@ def test_device_arrays_need_the_cuda_backend_and_a_rule_that_takes_them():
         make_reports(cuda.to_device(np.zeros((2, 3), dtype=np.int64)), [1, 1])
 
 
-@pytest.mark.parametrize("shape", [(6, 2048 * 33 + 1), (5, 2048 * 64), (130, 300), (49, 999)])
-def test_numba_gram_over_many_column_chunks_and_past_its_row_limit(shape):
+@pytest.mark.parametrize(
+    "shape", [(6, 2048 * 33 + 1), (5, 2048 * 64), (130, 300), (49, 999), "limit", "limit + 1"]
+)
+@pytest.mark.parametrize("wide", [True, False])
+def test_numba_gram_over_many_column_chunks_and_past_its_row_limit(shape, wide, monkeypatch):
     """The Numba Gram kernel sums more column blocks than its fixed 32 chunks (each chunk then
-    adds several blocks), and above its row limit ``gram`` hands over to BLAS: both equal the
-    float64 product."""
+    adds several blocks), with 4 × 4 tiles (AVX-512 hosts) and with 4 × 2 tiles (the others), and
+    above its row limit ``gram`` hands over to BLAS: all equal the float64 product."""
     from fairagg.kernels import cpu
 
+    monkeypatch.setattr(cpu, "_GRAM_WIDE", wide)
+    if isinstance(shape, str):
+        shape = (cpu.GRAM_MAX_M + shape.count("+"), 37)
     rng = np.random.default_rng(shape[0])
     D = rng.standard_normal(shape)
     m, d = shape
     G = gram(D, "numba")
     assert np.array_equal(G, G.T)
     assert np.all(np.abs(G - D @ D.T) <= 1e-13 * d * np.sqrt(np.outer(np.diag(G), np.diag(G))))
-    assert cpu.use_gram_kernel(48) and not cpu.use_gram_kernel(129)
+    assert cpu.use_gram_kernel(cpu.GRAM_MAX_M) and not cpu.use_gram_kernel(cpu.GRAM_MAX_M + 1)
+
+
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("m", range(1, 14))
+def test_numba_gram_tiles_cover_every_entry(m, wide, monkeypatch):
+    """Every entry of G on or above the diagonal is computed exactly once, whatever m mod 4 and
+    the tile width leave at the edges: every product and sum below is exact, so an entry missed
+    (left 0) or added twice shows."""
+    from fairagg.kernels import cpu
+
+    monkeypatch.setattr(cpu, "_GRAM_WIDE", wide)
+    D = np.zeros((m, 3))
+    D[:, 0] = 2.0 ** np.arange(m)
+    D[:, 2] = 1.0
+    want = np.outer(D[:, 0], D[:, 0]) + 1.0
+    assert np.array_equal(cpu.gram(D), want)
 
 
 @pytest.mark.parametrize("shape", [(512, 1), (513, 7), (1000, 300), (515, 32768), (512, 32769)])

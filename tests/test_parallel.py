@@ -236,7 +236,7 @@ def test_fedavg_trajectory_is_pinned(name, model, threads):
 
 
 def _aggregation_calls():
-    from fairagg.kernels import cpu
+    from fairagg.kernels import cpu, gram
 
     rng = np.random.default_rng(5)
     out = {}
@@ -250,6 +250,11 @@ def _aggregation_calls():
         out[f"weighted_sum_sq_norms {m}x{d}"] = lambda D=D, w=w: cpu.weighted_sum_sq_norms(w, D)
     D = rng.standard_normal((9, 70000)).astype(np.float32)
     out["gram 9x70000 float32"] = lambda D=D: cpu.gram(D)
+    # the backend's dispatch at and past the kernel's row limit (one limit for every thread
+    # count: which code computes G does not depend on it)
+    for m in (cpu.GRAM_MAX_M, cpu.GRAM_MAX_M + 1):
+        D = rng.standard_normal((m, 40))
+        out[f"gram(D, 'numba') {m}x40"] = lambda D=D: gram(D, "numba")
     return out
 
 

@@ -249,9 +249,9 @@ def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
     """G = D Dᵀ of an (m, d) ``deltas``, float64, shape (m, m), exactly symmetric.
 
     The reference is one float64 GEMM (float32 input is widened first); ``"numba"`` is a
-    register-tiled one-pass kernel for small m (up to 48 rows on one Numba thread, 128 on
-    more: 1.4-2.5× faster than OpenBLAS's SYRK there, see ``cpu.GRAM_MAX_M``) and the BLAS call
-    above; ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
+    register-tiled one-pass kernel up to ``cpu.GRAM_MAX_M`` rows (700 with AVX-512, 128
+    otherwise; up to 1.5-3.4× faster than OpenBLAS's SYRK, whatever the thread count) and the
+    BLAS call above; ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
     """
     check_backend(backend)
     D, dtype = _operand(deltas, "deltas", 2, backend)

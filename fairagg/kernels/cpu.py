@@ -9,7 +9,6 @@ of ``out`` so that the caller can check finiteness without reading ``out`` again
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -272,26 +271,143 @@ def two_combinations(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-_GRAM_BLOCK = 2048  # columns per step of the Gram kernel: 4 + 2 rows of it stay in L1
+_GRAM_BLOCK = 2048  # columns per step of the Gram kernel: a tile's rows of it stay in L1/L2
 _GRAM_CHUNKS = 32  # fixed partition of the column blocks: deterministic for any thread count
-#: Largest m for which :func:`gram` beats OpenBLAS's SYRK, with one Numba thread and with more.
-#: Measured on 2 cores: one thread, 1.6× faster at m = 10, 1.4× at 32, 0.9× at 100; two threads
-#: (OpenBLAS's SYRK gains nothing from its second thread on these shapes), 2.5× at m ≤ 32,
-#: 1.5-2× at 100, level at 200, and BLAS 3× faster at m = 1000.
-GRAM_MAX_M = (48, 128)
+
+
+def _compiles_for_avx512() -> bool:
+    """Whether Numba generates AVX-512 code here (its 32 vector registers hold a 4 × 4 tile of
+    the Gram kernel): the host's features, or ``NUMBA_CPU_FEATURES`` where it is set, as Numba's
+    code generator reads them."""
+    from numba.core import codegen, config
+
+    features = config.CPU_FEATURES
+    if features is None:
+        features = codegen.get_host_cpu_features()  # the host's, less AVX if NUMBA_ENABLE_AVX=0
+    return "+avx512f" in features.split(",")
+
+
+_GRAM_WIDE = _compiles_for_avx512()
+#: Largest m for which ``kernels.gram(D, "numba")`` uses :func:`gram` rather than OpenBLAS's SYRK
+#: (on one BLAS thread). One limit for every thread count, so that which code computes G, and so
+#: its round-off, never depends on the thread count. Measured on 2 cores (single runs,
+#: d = 10⁵, the kernel against SYRK): with AVX-512 (4 × 4 tiles, 0.9-1.0 of the one-core GEMM
+#: rate from m = 64 to 700; SYRK 0.24 of it at m = 10, 0.63 at 100, 0.82 at 500, 0.90 at 700,
+#: 0.91 at 1000), one thread 2.4× faster at m = 10, 1.5× at 100, 1.05× at 500, 0.96× at 700,
+#: 0.85-0.92× at 1000; two threads 2.0-3.4× up to 500, 1.9× at 700, 1.4-1.7× at 1000, 0.9× at
+#: 1500 (a column block of m rows then leaves the caches). Otherwise (4 × 2 tiles): one thread
+#: 1.6× faster at m = 10, 1.4× at 32, 0.9-1.0× at 100-128; two threads 2.5× at m ≤ 32, 1.5-2×
+#: at 100, level at 200.
+GRAM_MAX_M = 700 if _GRAM_WIDE else 128
 
 
 def use_gram_kernel(m: int) -> bool:
-    """Whether :func:`gram` beats BLAS for m rows at the current Numba thread count."""
-    return m <= GRAM_MAX_M[numba.get_num_threads() > 1]
+    """Whether ``kernels.gram(D, "numba")`` computes G with :func:`gram` (m ≤ :data:`GRAM_MAX_M`)
+    rather than with BLAS; the same answer for every thread count."""
+    return m <= GRAM_MAX_M
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
+def _gram_tile4(D, P, i0, j0, lo, hi, nj):
+    # rows i0..i0+3 against rows j0..j0+nj-1 (nj = 4, 2 or 1) over the columns lo:hi, added to
+    # P: the accumulators stay in registers while the rows stream from L1/L2.
+    a0, a1, a2, a3 = D[i0, lo:hi], D[i0 + 1, lo:hi], D[i0 + 2, lo:hi], D[i0 + 3, lo:hi]
+    n = hi - lo
+    if nj == 4:
+        c0, c1, c2, c3 = D[j0, lo:hi], D[j0 + 1, lo:hi], D[j0 + 2, lo:hi], D[j0 + 3, lo:hi]
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
+        for k in range(n):
+            x0 = np.float64(c0[k])
+            x1 = np.float64(c1[k])
+            x2 = np.float64(c2[k])
+            x3 = np.float64(c3[k])
+            y = np.float64(a0[k])
+            s00 += y * x0
+            s01 += y * x1
+            s02 += y * x2
+            s03 += y * x3
+            y = np.float64(a1[k])
+            s10 += y * x0
+            s11 += y * x1
+            s12 += y * x2
+            s13 += y * x3
+            y = np.float64(a2[k])
+            s20 += y * x0
+            s21 += y * x1
+            s22 += y * x2
+            s23 += y * x3
+            y = np.float64(a3[k])
+            s30 += y * x0
+            s31 += y * x1
+            s32 += y * x2
+            s33 += y * x3
+        P[i0, j0] += s00
+        P[i0, j0 + 1] += s01
+        P[i0, j0 + 2] += s02
+        P[i0, j0 + 3] += s03
+        P[i0 + 1, j0] += s10
+        P[i0 + 1, j0 + 1] += s11
+        P[i0 + 1, j0 + 2] += s12
+        P[i0 + 1, j0 + 3] += s13
+        P[i0 + 2, j0] += s20
+        P[i0 + 2, j0 + 1] += s21
+        P[i0 + 2, j0 + 2] += s22
+        P[i0 + 2, j0 + 3] += s23
+        P[i0 + 3, j0] += s30
+        P[i0 + 3, j0 + 1] += s31
+        P[i0 + 3, j0 + 2] += s32
+        P[i0 + 3, j0 + 3] += s33
+    elif nj == 2:
+        c0, c1 = D[j0, lo:hi], D[j0 + 1, lo:hi]
+        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = 0.0
+        for k in range(n):
+            x0 = np.float64(c0[k])
+            x1 = np.float64(c1[k])
+            y = np.float64(a0[k])
+            s00 += y * x0
+            s01 += y * x1
+            y = np.float64(a1[k])
+            s10 += y * x0
+            s11 += y * x1
+            y = np.float64(a2[k])
+            s20 += y * x0
+            s21 += y * x1
+            y = np.float64(a3[k])
+            s30 += y * x0
+            s31 += y * x1
+        P[i0, j0] += s00
+        P[i0, j0 + 1] += s01
+        P[i0 + 1, j0] += s10
+        P[i0 + 1, j0 + 1] += s11
+        P[i0 + 2, j0] += s20
+        P[i0 + 2, j0 + 1] += s21
+        P[i0 + 3, j0] += s30
+        P[i0 + 3, j0 + 1] += s31
+    else:
+        c0 = D[j0, lo:hi]
+        s0 = s1 = s2 = s3 = 0.0
+        for k in range(n):
+            x0 = np.float64(c0[k])
+            s0 += np.float64(a0[k]) * x0
+            s1 += np.float64(a1[k]) * x0
+            s2 += np.float64(a2[k]) * x0
+            s3 += np.float64(a3[k]) * x0
+        P[i0, j0] += s0
+        P[i0 + 1, j0] += s1
+        P[i0 + 2, j0] += s2
+        P[i0 + 3, j0] += s3
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _gram_chunks(D, partial, c_lo, c_hi):
-    # Chunk c sums column blocks c, c + C, c + 2C, ... into partial[c]. Per block, 4 × 2 tiles
-    # of G (rows i0..i0+3 against j0, j0+1, j0 ≥ i0) are accumulated in registers while the six
-    # rows stream from L1: 8 FMAs per 6 loads. Entries below the diagonal that a tile touches
-    # are left to the caller to discard.
+def _gram_chunks(D, partial, c_lo, c_hi, wide):
+    # Chunk c sums column blocks c, c + C, c + 2C, ... into partial[c]. Per block, tiles of G
+    # (rows i0..i0+3 against j0.., j0 ≥ i0) are accumulated in registers while their rows stream
+    # through the caches: 4 × 4 tiles (16 FMAs per 8 loads) where ``wide`` (AVX-512: 32 vector
+    # registers hold the 16 accumulators and the loads), else 4 × 2 (8 FMAs per 6 loads; with 16
+    # vector registers 4 × 4 spills and ran slower). 4 × 2 and 4 × 1 tiles finish a row of
+    # tiles, and the last m mod 4 rows are dot products one entry at a time. Entries below the
+    # diagonal that a tile touches are left to the caller to discard.
     m, d = D.shape
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK
     nchunk = partial.shape[0]
@@ -301,49 +417,26 @@ def _gram_chunks(D, partial, c_lo, c_hi):
             lo = b * _GRAM_BLOCK
             hi = min(lo + _GRAM_BLOCK, d)
             n = hi - lo
-            for i0 in range(0, m, 4):
-                for j0 in range(i0, m, 2):
-                    if i0 + 4 <= m and j0 + 2 <= m:
-                        a0, a1, a2, a3 = (
-                            D[i0, lo:hi],
-                            D[i0 + 1, lo:hi],
-                            D[i0 + 2, lo:hi],
-                            D[i0 + 3, lo:hi],
-                        )
-                        c0, c1 = D[j0, lo:hi], D[j0 + 1, lo:hi]
-                        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = 0.0
-                        for k in range(n):
-                            x0 = np.float64(c0[k])
-                            x1 = np.float64(c1[k])
-                            y = np.float64(a0[k])
-                            s00 += y * x0
-                            s01 += y * x1
-                            y = np.float64(a1[k])
-                            s10 += y * x0
-                            s11 += y * x1
-                            y = np.float64(a2[k])
-                            s20 += y * x0
-                            s21 += y * x1
-                            y = np.float64(a3[k])
-                            s30 += y * x0
-                            s31 += y * x1
-                        P[i0, j0] += s00
-                        P[i0, j0 + 1] += s01
-                        P[i0 + 1, j0] += s10
-                        P[i0 + 1, j0 + 1] += s11
-                        P[i0 + 2, j0] += s20
-                        P[i0 + 2, j0 + 1] += s21
-                        P[i0 + 3, j0] += s30
-                        P[i0 + 3, j0 + 1] += s31
-                    else:  # the edges of G: one entry at a time
-                        for i in range(i0, min(i0 + 4, m)):
-                            for j in range(max(j0, i), min(j0 + 2, m)):
-                                ri = D[i, lo:hi]
-                                rj = D[j, lo:hi]
-                                s = 0.0
-                                for k in range(n):
-                                    s += np.float64(ri[k]) * np.float64(rj[k])
-                                P[i, j] += s
+            i0 = 0
+            while i0 + 4 <= m:
+                j0 = i0
+                while wide and j0 + 4 <= m:
+                    _gram_tile4(D, P, i0, j0, lo, hi, 4)
+                    j0 += 4
+                while j0 + 2 <= m:
+                    _gram_tile4(D, P, i0, j0, lo, hi, 2)
+                    j0 += 2
+                if j0 < m:
+                    _gram_tile4(D, P, i0, j0, lo, hi, 1)
+                i0 += 4
+            for i in range(i0, m):  # the last m mod 4 rows: one entry at a time
+                ri = D[i, lo:hi]
+                for j in range(i, m):
+                    rj = D[j, lo:hi]
+                    s = 0.0
+                    for k in range(n):
+                        s += np.float64(ri[k]) * np.float64(rj[k])
+                    P[i, j] += s
 
 
 def gram(deltas: np.ndarray) -> np.ndarray:
@@ -355,7 +448,11 @@ def gram(deltas: np.ndarray) -> np.ndarray:
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK
     nchunk = min(nblk, _GRAM_CHUNKS)
     partial = np.zeros((nchunk, m, m))
-    _share(lambda lo, hi: _gram_chunks(deltas, partial, lo, hi), nchunk, m * (m + 1) // 2 * d)
+    _share(
+        lambda lo, hi: _gram_chunks(deltas, partial, lo, hi, _GRAM_WIDE),
+        nchunk,
+        m * (m + 1) // 2 * d,
+    )
     S = partial.sum(axis=0)  # chunks added in a fixed order
     return np.triu(S) + np.triu(S, 1).T
 
