@@ -553,15 +553,21 @@ def _gram(D, H, perm, kept, groups, backend):
     found = int(np.count_nonzero(np.triu((Gd < -tol) & (tol > 0.0), 1)))
     C = np.eye(m)
     active = ~kept & (norms[:m] > 0.0)
+    # size_i = Σ_l |C_il| ‖δ_l‖, the scale of g̃_i's round-off, summed as _vector sums it: from
+    # ‖δ_i‖, adding each projection's |coefficient| · ‖δ_j‖ in the order of perm (each column j
+    # of C changes once, from 0): one O(m) update per step instead of |C| @ norms, O(m²)
+    size = norms[:m].copy()
     projections = 0
     for j in perm:
         if diag[j] == 0.0:
             continue
-        dots = C @ Gd[:, j]  # δ_j · g̃_i for every i
-        mask = active & (dots < -RHO * norms[j] * (np.abs(C) @ norms[:m]))
+        dots = C @ Gd[j]  # δ_j · g̃_i for every i (G is exactly symmetric: row j is column j)
+        mask = active & (dots < -RHO * norms[j] * size)
         mask[j] = False
         if mask.any():
-            C[mask, j] -= dots[mask] / diag[j]
+            coef = dots[mask] / diag[j]
+            C[mask, j] -= coef
+            size[mask] += np.abs(coef) * norms[j]
             projections += int(np.count_nonzero(mask))
     c = np.zeros(m + h)
     c[:m] = C.sum(axis=0) / m

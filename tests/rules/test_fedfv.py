@@ -186,6 +186,18 @@ def test_the_conflict_tolerance_grows_with_every_projection(method):
     assert (res.conflicts_found, res.projections) == (1, 2)
 
 
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_the_conflict_tolerance_adds_each_projections_coefficient_times_its_norm(method):
+    """Order δ_1, δ_2, δ_0 (losses 0, 1, 2). g̃_0 = δ_0 + ½δ_1 = (½, ½, 0) after its projection on
+    δ_1, of scale Σ_l |C_0l| ‖δ_l‖ = 1 + ½√2 ≈ 1.71; then g̃_0·δ_2 = −1.5ρ is within ρ × 1.71 and
+    is no conflict (with the scale left at ‖δ_0‖ = 1 it would be one, and a fourth projection).
+    δ_0·δ_2 = −3ρ is a conflict: δ_2 is projected on δ_0, and δ_1 on δ_0."""
+    D = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-3 * RHO, 0.0, 1.0]])
+    res = fedfv_direction(D, [2.0, 0.0, 1.0], alpha=0.0, method=method)
+    assert list(res.order) == [1, 2, 0]
+    assert (res.conflicts_found, res.projections) == (2, 3)
+
+
 @settings(max_examples=200, deadline=None)
 @given(r=fedfv_rounds(history=False), method=st.sampled_from(["gram", "vector"]))
 def test_no_projected_update_conflicts_with_the_last_target(r, method):
