@@ -29,9 +29,9 @@ On ``"cuda"`` D and the result stay on the device (D copied there before timing,
 followed by ``cuda.synchronize()``); w is passed as a NumPy array (``weighted_sum`` negates it on
 the host and copies the m entries to the device on every call, a cost of the API, so counted).
 numba's low-occupancy warnings for the small launches are silenced: the ratios show it. The
-numba backend's Gram matrix is its own register-tiled kernel for small m
-(``kernels.cpu.use_gram_kernel``) and otherwise the same BLAS call as NumPy's, then timed once
-and reported in both rows (note column).
+numba backend's Gram matrix is its own register-tiled kernel up to ``kernels.cpu.GRAM_MAX_M`` rows
+(``kernels.cpu.use_gram_kernel``) and above it NumPy's BLAS call run on one BLAS thread (note
+column); NumPy's row runs BLAS on its default threads.
 
 Timing: each callable is warmed up, then one timed call runs its kernel enough times in a row to
 last about 50 ms (1 at the large sizes); each of ``--repeats`` rounds makes 3 timed calls of each
@@ -433,8 +433,7 @@ def cpu_rows(
 
     A, B = gemm_ab
     gfns: dict[str, Callable[[], Any]] = {"gemm": lambda: A @ B, "gram": lambda: gram(D, "numpy")}
-    own_gram = "numba" in cpu_backends and use_gram_kernel(m)  # else numba calls BLAS too
-    if own_gram:
+    if "numba" in cpu_backends:  # its own kernel up to GRAM_MAX_M rows, BLAS on one thread above
         gfns["gram_numba"] = lambda: gram(D, "numba")
     if cuda_real:
         gfns["fma"] = cuda_real["fma"]
@@ -447,7 +446,7 @@ def cpu_rows(
     gemm_rate = gemm_flops() / tg.seconds["gemm"]
     rows = []
     for b in cpu_backends:
-        key = "gram_numba" if b == "numba" and own_gram else "gram"
+        key = "gram_numba" if b == "numba" else "gram"
         row = make_row(m, d, b, False, "read (Numba sum of D)", read_bw)
         row.update(ws_fields(m, d, tw, f"ws_{b}", read_bw))
         row.update(gram_fields(m, d, tg, key, f"CPU DGEMM n={GEMM_N}", gemm_rate, read_bw))
@@ -457,8 +456,8 @@ def cpu_rows(
         elif b == "numba":
             row["note"] = (
                 "Gram: Numba register-tiled kernel"
-                if own_gram
-                else "Gram: NumPy's BLAS call (same code), NumPy's timing"
+                if use_gram_kernel(m)
+                else "Gram: BLAS (SYRK) on one thread"
             )
         rows.append(row)
     if cuda_real:
