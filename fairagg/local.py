@@ -135,6 +135,16 @@ def _check_shuffle_size(num_samples: int, epochs: int) -> None:
         )
 
 
+def _check_shuffled_sizes(ids: np.ndarray, sizes: np.ndarray, what: str) -> None:
+    """Refuse a client whose rows ``what`` would shuffle beyond :data:`MAX_SHUFFLE`, naming it."""
+    if sizes.size and sizes.max() > MAX_SHUFFLE:
+        i = int(np.argmax(sizes))
+        raise ValueError(
+            f"client {int(ids[i])} has {int(sizes[i])} training rows; {what} shuffles at most"
+            f" {MAX_SHUFFLE} rows a client"
+        )
+
+
 def _check_hyper(epochs: Any, batch_size: Any, lr: Any, momentum: Any, prox_mu: Any):
     return (
         check_count(epochs, "epochs", low=1),
@@ -245,12 +255,7 @@ def train_clients(
     m, d = ids.size, theta.size
     out = _check_out(out, m, d, theta.dtype)
     sizes = his - los
-    if m and sizes.max() > MAX_SHUFFLE:  # the kernel's shuffles draw 32-bit words
-        i = int(np.argmax(sizes))
-        raise ValueError(
-            f"client {int(ids[i])} has {int(sizes[i])} training rows; local SGD shuffles at most"
-            f" {MAX_SHUFFLE} rows a client"
-        )
+    _check_shuffled_sizes(ids, sizes, "local SGD")  # the kernel's shuffles draw 32-bit words
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
     H, act = model._kernel_dims()
@@ -382,6 +387,7 @@ def client_gradients(
         bsz = int(sizes.max())
         perms, p0s = np.zeros(1, dtype=np.int64), np.zeros(m, dtype=np.int64)
     else:
+        _check_shuffled_sizes(ids[sizes > bsz], sizes[sizes > bsz], "a minibatch gradient")
         take = np.minimum(sizes, bsz)
         p0s = np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64)
         perms = np.empty(int(take.sum()), dtype=np.int64)

@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairagg.data import FederatedData, from_client_arrays
-from fairagg.local import LocalResult, client_shuffles, sgd_reference, train_clients
+from fairagg.local import (
+    LocalResult,
+    client_gradients,
+    client_shuffles,
+    sgd_reference,
+    train_clients,
+)
 from fairagg.models import MLP, FlatModel, LogisticRegression
 from tests.tolerances import assert_close
 
@@ -298,6 +304,25 @@ def test_train_clients_refuses_a_client_beyond_the_shuffle_limit(monkeypatch):
     model = MODELS["logistic"]
     with pytest.raises(ValueError, match=r"^client 3 has 16 training rows; local SGD shuffles"):
         train_clients(model, start_params(model), DATA, [1, 3], epochs=1, batch_size=2, lr=0.1)
+
+
+def test_client_gradients_refuses_a_client_beyond_the_shuffle_limit_it_would_shuffle(monkeypatch):
+    """A minibatch gradient shuffles the client's rows: beyond the limit the error names the
+    client, as train_clients' does (not client_shuffles' parameters). The full batch shuffles
+    nothing, and a client no larger than the batch is not shuffled either."""
+    import fairagg.local as local
+
+    monkeypatch.setattr(local, "MAX_SHUFFLE", 10)
+    model = MODELS["logistic"]
+    theta = start_params(model)
+    msg = r"^client 3 has 16 training rows; a minibatch gradient shuffles at most 10 rows a client$"
+    with pytest.raises(ValueError, match=msg):
+        client_gradients(model, theta, DATA, [1, 3], batch_size=2)
+    full = client_gradients(model, theta, DATA, [1, 3])
+    assert full.num_samples.max() == 16
+    assert np.array_equal(
+        client_gradients(model, theta, DATA, [1, 3], batch_size=16).deltas, full.deltas
+    )  # n_k <= B: the full batch, no shuffle
 
 
 # --------------------------------------------------------------------------------------------
