@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -574,3 +576,36 @@ for backend in available_backends(simulator=True)[1:]:
     assert run.returncode == 0, run.stderr[-2000:]
     backends = 2 if "cuda" in available_backends(simulator=True) else 1
     assert run.stdout.split("\n")[:-1] == ["ok"] * (backends * len(_bad_kernel_calls())), run.stdout
+
+
+def _split_infinities():
+    """Inputs whose +inf and −inf land in different partial sums of the numba kernels (column
+    chunks of the Gram matrix, row chunks of the many-short-rows sums): their NaN is summed
+    outside the compiled code, in NumPy."""
+    g = np.zeros((2, 2 * 2048))
+    g[0, 0] = g[0, 2048] = np.inf
+    g[1, 0], g[1, 2048] = 1.0, -1.0  # G[0, 1] = inf (chunk 0) + (-inf) (chunk 1)
+    rows = np.zeros((600, 4))
+    rows[0, 0], rows[599, 0] = np.inf, -np.inf  # first and last of 16 row chunks
+    w = np.ones(600)
+    return {
+        "gram": lambda b: gram(g, b),
+        "weighted_sum": lambda b: weighted_sum(w, rows, b),
+        "weighted_update": lambda b: weighted_update(np.zeros(4), rows, w, b)[0],
+        "two_combinations": lambda b: two_combinations(np.ones((2, 2)), g, b),
+        "row_sq_norms": lambda b: row_sq_norms(rows, b),
+    }
+
+
+@pytest.mark.parametrize("name", list(_split_infinities()))
+def test_numba_backend_propagates_infinities_silently_as_numpy_does(name):
+    """Values are not checked in fairagg.kernels: NaN and infinity propagate without a warning on
+    every backend (a RuntimeWarning from NumPy's reduction of the kernels' partial sums became an
+    error where warnings are errors), and the numba backend gives NumPy's non-finite pattern."""
+    call = _split_infinities()[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, want = call("numba"), call("numpy")
+    assert not np.isfinite(got).all()  # the case does reach a NaN or an infinity
+    nonfinite = np.where(np.isfinite(got), 0.0, got), np.where(np.isfinite(want), 0.0, want)
+    assert np.array_equal(*nonfinite, equal_nan=True)  # NaN and ±inf at the same places

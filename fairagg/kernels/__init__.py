@@ -164,7 +164,8 @@ def weighted_sum(weights: Any, deltas: Any, backend: str = "numpy") -> Any:
     if backend == "numba":
         from . import cpu
 
-        return cpu.weighted_sum(w, D)
+        with _ieee():
+            return cpu.weighted_sum(w, D)
     with _ieee():
         return w @ D
 
@@ -193,7 +194,8 @@ def weighted_update(
     if backend == "numba":
         from . import cpu
 
-        return cpu.weighted_update(t, D, w)
+        with _ieee():
+            return cpu.weighted_update(t, D, w)
     if backend == "cuda":
         return _cuda().weighted_update(t, D, w)
     with _ieee():
@@ -217,7 +219,8 @@ def weighted_sum_sq_norms(
     if backend == "numba":
         from . import cpu
 
-        return cpu.weighted_sum_sq_norms(w, D)
+        with _ieee():
+            return cpu.weighted_sum_sq_norms(w, D)
     with _ieee():
         return w @ D, _row_sq_norms(D)
 
@@ -241,7 +244,8 @@ def row_sq_norms(deltas: Any, backend: str = "numpy") -> np.ndarray:
     if backend == "numba":
         from . import cpu
 
-        return cpu.row_sq_norms(D)
+        with _ieee():
+            return cpu.row_sq_norms(D)
     return _row_sq_norms(D)
 
 
@@ -262,7 +266,8 @@ def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
         from . import cpu
 
         if cpu.use_gram_kernel(D.shape[0]):
-            return cpu.gram(D)
+            with _ieee():
+                return cpu.gram(D)
         with blas_single_thread():  # SYRK's second thread gains nothing here, and under load
             return _blas_gram(D)  # it ran 10-40× slower
     return _blas_gram(D)
@@ -294,6 +299,7 @@ def two_combinations(weights: Any, deltas: Any, backend: str = "numpy") -> np.nd
     if backend == "numba":
         from . import cpu
 
-        return cpu.two_combinations(W, np.ascontiguousarray(D))
+        with _ieee():
+            return cpu.two_combinations(W, np.ascontiguousarray(D))
     with _ieee():
         return W @ D
