@@ -252,9 +252,9 @@ def _aggregation_calls():
     out["gram 9x70000 float32"] = lambda D=D: cpu.gram(D)
     # the backend's dispatch at and past the kernel's row limit (one limit for every thread
     # count: which code computes G does not depend on it)
-    for m in (cpu.GRAM_MAX_M, cpu.GRAM_MAX_M + 1):
-        D = rng.standard_normal((m, 40))
-        out[f"gram(D, 'numba') {m}x40"] = lambda D=D: gram(D, "numba")
+    for m in (cpu.GRAM_MAX_M, cpu.GRAM_MAX_M + 1):  # three column blocks: tasks split them
+        D = rng.standard_normal((m, 2 * 2048 + 1))
+        out[f"gram(D, 'numba') {m}x4097"] = lambda D=D: gram(D, "numba")
     return out
 
 

@@ -254,8 +254,9 @@ def gram(deltas: Any, backend: str = "numpy") -> np.ndarray:
 
     The reference is one float64 GEMM (float32 input is widened first); ``"numba"`` is a
     register-tiled one-pass kernel up to ``cpu.GRAM_MAX_M`` rows (700 with AVX-512, 128
-    otherwise; up to 1.5-3.4× faster than OpenBLAS's SYRK, whatever the thread count) and the
-    BLAS call above; ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
+    otherwise: the same limit for every thread count; 1.5-3.4× faster than OpenBLAS's SYRK at
+    m = 10-100, about level with it at the limit on one thread) and BLAS's SYRK, on one thread,
+    above; ``"cuda"`` the tiled kernel of ``kernels/cuda.py``.
     """
     check_backend(backend)
     D, dtype = _operand(deltas, "deltas", 2, backend)

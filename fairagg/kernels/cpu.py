@@ -278,7 +278,9 @@ _GRAM_CHUNKS = 32  # fixed partition of the column blocks: deterministic for any
 def _compiles_for_avx512() -> bool:
     """Whether Numba generates AVX-512 code here (its 32 vector registers hold a 4 × 4 tile of
     the Gram kernel): the host's features, or ``NUMBA_CPU_FEATURES`` where it is set, as Numba's
-    code generator reads them."""
+    code generator reads them. A ``NUMBA_CPU_NAME`` naming an AVX-512 model enables AVX-512 even
+    when ``NUMBA_CPU_FEATURES`` does not list it; that case is read as no AVX-512, which costs
+    speed (4 × 2 tiles, the lower limit), never correctness."""
     from numba.core import codegen, config
 
     features = config.CPU_FEATURES
@@ -441,8 +443,9 @@ def _gram_chunks(D, partial, c_lo, c_hi, wide):
 
 def gram(deltas: np.ndarray) -> np.ndarray:
     """G = D Dᵀ in float64, exactly symmetric, of a C-contiguous (m, d) float32/float64
-    ``deltas``: one parallel, register-tiled pass over D. Faster than OpenBLAS's SYRK, which runs
-    such short, wide matrices at a fraction of its GEMM rate, where :func:`use_gram_kernel`."""
+    ``deltas``: one parallel, register-tiled pass over D. OpenBLAS's SYRK runs such short, wide
+    matrices at a fraction of its GEMM rate; this pass beats it up to about :data:`GRAM_MAX_M`
+    rows (see there), where ``kernels.gram(D, "numba")`` calls it."""
     kernel_arrays("gram", deltas=(deltas, 2))
     m, d = deltas.shape
     nblk = (d + _GRAM_BLOCK - 1) // _GRAM_BLOCK

@@ -47,8 +47,9 @@ Two implementations compute the same numbers (to round-off; ``method=``):
   window's earlier ones, U = [δ_1..δ_m; h_1..h_w], so the procedure runs on coefficient vectors
   over the Gram matrix G = U Uᵀ: one GEMM (O((m+w)² d)), O(m³ + w m) work on G, and one more
   (2, m+w) × (m+w, d) product for ḡ and the mean update. Its two passes over the updates run
-  on ``backend="numpy"`` (BLAS), ``"numba"`` (BLAS's SYRK and a one-pass Numba kernel for the
-  product, the fastest on a CPU) or ``"cuda"`` (:mod:`fairagg.kernels`); the coefficient-space
+  on ``backend="numpy"`` (BLAS), ``"numba"`` (a register-tiled Numba Gram kernel up to
+  ``kernels.cpu.GRAM_MAX_M`` updates, BLAS's SYRK above, and a one-pass Numba kernel for the
+  product: the fastest on a CPU) or ``"cuda"`` (:mod:`fairagg.kernels`); the coefficient-space
   work on G is O(m³), independent of d, and stays in NumPy.
 
 Both also return the coefficient matrix of the g̃_i and the final weights, so that
@@ -562,7 +563,7 @@ def _gram(D, H, perm, kept, groups, backend):
         if diag[j] == 0.0:
             continue
         dots = C @ Gd[j]  # δ_j · g̃_i for every i (G is exactly symmetric: row j is column j)
-        mask = active & (dots < -RHO * norms[j] * size)
+        mask = active & (dots < -RHO * (norms[j] * size))  # as _conflict(dot, ‖δ_j‖ size)
         mask[j] = False
         if mask.any():
             coef = dots[mask] / diag[j]

@@ -187,15 +187,20 @@ def test_the_conflict_tolerance_grows_with_every_projection(method):
 
 
 @pytest.mark.parametrize("method", ["gram", "vector"])
-def test_the_conflict_tolerance_adds_each_projections_coefficient_times_its_norm(method):
-    """Order δ_1, δ_2, δ_0 (losses 0, 1, 2). g̃_0 = δ_0 + ½δ_1 = (½, ½, 0) after its projection on
-    δ_1, of scale Σ_l |C_0l| ‖δ_l‖ = 1 + ½√2 ≈ 1.71; then g̃_0·δ_2 = −1.5ρ is within ρ × 1.71 and
-    is no conflict (with the scale left at ‖δ_0‖ = 1 it would be one, and a fourth projection).
-    δ_0·δ_2 = −3ρ is a conflict: δ_2 is projected on δ_0, and δ_1 on δ_0."""
-    D = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-3 * RHO, 0.0, 1.0]])
+@pytest.mark.parametrize("x, projections", [(3.2, 3), (3.7, 4)])
+def test_the_conflict_tolerance_adds_each_projections_coefficient_times_its_norm(
+    method, x, projections
+):
+    """Order δ_1, δ_2, δ_0 (losses 0, 1, 2), δ_2 = (−xρ, 0, 1). g̃_0 = δ_0 + ½δ_1 = (½, ½, 0) after
+    its projection on δ_1, of scale Σ_l |C_0l| ‖δ_l‖ = 1 + ½√2 ≈ 1.71, so g̃_0·δ_2 = −xρ/2 is a
+    conflict iff x > 3.41. With x = 3.2 it is none (a scale left at ‖δ_0‖ = 1, or grown by the
+    coefficient ½ alone, 1.5, would make it one); with x = 3.7 it is one (a scale grown by
+    ½ ‖δ_1‖² = 1, 2, would not). δ_0·δ_2 = −xρ is a conflict either way: δ_2 is projected on δ_0,
+    and δ_1 on δ_0."""
+    D = np.array([[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [-x * RHO, 0.0, 1.0]])
     res = fedfv_direction(D, [2.0, 0.0, 1.0], alpha=0.0, method=method)
     assert list(res.order) == [1, 2, 0]
-    assert (res.conflicts_found, res.projections) == (2, 3)
+    assert (res.conflicts_found, res.projections) == (2, projections)
 
 
 @settings(max_examples=200, deadline=None)
