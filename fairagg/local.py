@@ -68,7 +68,8 @@ __all__ = [
 SHUFFLE_STREAM = 1
 
 #: The most shuffled row indices one ``client_shuffles`` call may hold (epochs · rows), and the
-#: most rows of one client in ``train_clients``: 2^31 int64s are 16 GiB.
+#: most rows of one client that ``train_clients`` (or a minibatch ``client_gradients``)
+#: shuffles: 2^31 int64s are 16 GiB.
 MAX_SHUFFLE = 2**31
 
 
