@@ -37,6 +37,16 @@ GOLDEN = ROOT / "tests" / "golden"
 
 P, C = 3, 3  # features and classes of the shared dataset
 
+# Every folder the entries create lives under one per-process directory removed at exit: the
+# entries run hundreds of times a session, and folders made by tempfile.mkdtemp alone were left
+# behind (about 135 a run of the suite).
+_SCRATCH = tempfile.TemporaryDirectory(prefix="fairagg-contract-")
+
+
+def _scratch(prefix: str | None = None) -> str:
+    """A new empty folder under this process's scratch directory."""
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH.name)
+
 
 # --------------------------------------------------------------------------------------------
 # shared fixtures (built once)
@@ -488,7 +498,7 @@ def _simulate(**kwargs: Any) -> Any:
             raise _Stop
 
     history = kwargs.get("history")
-    here, there = os.getcwd(), tempfile.mkdtemp()
+    here, there = os.getcwd(), _scratch()
     os.chdir(there)  # a checkpoint drawn as a relative path ("text") is written there
     try:
         return simulate(**kwargs, callback=stop)
@@ -534,7 +544,7 @@ def _run_folder() -> Path:
     """A run folder holding a saved history of one round."""
     from fairagg.simulate import simulate
 
-    folder = Path(tempfile.mkdtemp(prefix="fairagg-contract-run-"))
+    folder = Path(_scratch("run-"))
     atexit.register(shutil.rmtree, folder, True)  # the process's temporary run, not left behind
     h = simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1)
     h.save(folder / "history.npz")
@@ -546,7 +556,7 @@ def _checkpoint_file() -> Path:
     """A checkpoint of a one-round run, written once per process."""
     from fairagg.simulate import simulate
 
-    folder = Path(tempfile.mkdtemp(prefix="fairagg-contract-"))
+    folder = Path(_scratch("ckpt-"))
     atexit.register(shutil.rmtree, folder, True)
     path = folder / "run.ckpt"
     simulate("fedavg", _logistic(), _data(), rounds=1, clients_per_round=2, epochs=1,
@@ -579,7 +589,7 @@ SIMULATE = {
     "fairagg.simulate.CHECKPOINT_OVERHEAD": CONSTANT,
     "fairagg.report.REPORT_FILES": CONSTANT,
     "fairagg.report.write_report": Entry(
-        valid=lambda draw: {"runs": [str(_run_folder())], "out": tempfile.mkdtemp()},
+        valid=lambda draw: {"runs": [str(_run_folder())], "out": _scratch()},
         call=lambda **kw: _in_fresh_folder("fairagg.report.write_report")(**kw),  # relative out
         check=lambda k, r: _assert([p.name for p in r] == list(_report_files()), r),
         deterministic=False,  # writes files
@@ -620,7 +630,7 @@ def _in_fresh_folder(fn_path: str):
         import os
 
         fn = getattr(importlib.import_module(module), name)
-        here, there = os.getcwd(), tempfile.mkdtemp()
+        here, there = os.getcwd(), _scratch()
         os.chdir(there)
         try:
             out = fn(**kwargs)
@@ -644,7 +654,7 @@ def _plot_kwargs(draw: Any) -> dict[str, Any]:
     n = size(draw, 1, 2)
     return {
         "histories": {f"rule{i}": _history() for i in range(n)},
-        "path": str(Path(tempfile.mkdtemp()) / "plot.png"),
+        "path": str(Path(_scratch()) / "plot.png"),
     }
 
 
@@ -728,7 +738,7 @@ VECTORS = {
         finite=False,
     ),
     "fairagg.vectors.write_vectors": Entry(
-        valid=lambda draw: {"out": tempfile.mkdtemp(), "seed": draw(st.integers(0, 9))},
+        valid=lambda draw: {"out": _scratch(), "seed": draw(st.integers(0, 9))},
         call=_in_fresh_folder("fairagg.vectors.write_vectors"),
         check=_written_check,
         examples=1,
@@ -796,7 +806,7 @@ def _results_file(case: str) -> Path:
     from fairagg.vectors import load_case
 
     want = load_case(_GOLDEN / "formulas" / "project_simplex" / f"{case}.json")["expected"]
-    path = Path(tempfile.mkdtemp()) / "results.json"
+    path = Path(_scratch()) / "results.json"
     path.write_text(json.dumps({f"formulas/project_simplex/{case}": {"out": want["out"].tolist()}}))
     return path
 
@@ -1085,7 +1095,7 @@ def _main(argv: Any) -> Any:
 
 
 def _cli_argv(draw: Any) -> dict[str, Any]:
-    out = tempfile.mkdtemp()
+    out = _scratch()
     tiny = ["--clients", "3", "--rounds", "2", "--epochs", "1", "--model", "logistic", "--quiet"]
     return {
         "argv": draw(
