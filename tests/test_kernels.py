@@ -22,9 +22,9 @@ from fairagg.kernels import (
 from tests.conftest import on_simulator
 from tests.tolerances import assert_close
 
-# Shapes around the CPU kernels' 4096-column blocks and their 4-row unrolling.
+# Shapes around the CPU kernels' 4096-column blocks and their 8-, 4- and 2-row unrolling.
 CPU_SHAPES = st.tuples(
-    st.integers(1, 9), st.sampled_from([1, 2, 3, 7, 2049, 4095, 4096, 4097, 8200])
+    st.integers(1, 17), st.sampled_from([1, 2, 3, 7, 2049, 4095, 4096, 4097, 8200])
 )
 # The CUDA kernels' blocks: 128 threads, 16 × 16 Gram tiles staging 64 columns (on the simulator
 # 32 threads, 8 × 8 tiles, at most 4 blocks along d, so that grid-stride loops and partial tiles

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..models._parallel import run_tasks, threads_for
+from ..models._parallel import num_threads, run_tasks, threads_for
 from ._guard import kernel_arrays, same_length
 
 __all__ = [
@@ -45,13 +45,13 @@ _TASK_MACS = 2**20
 
 def _share(kernel, nblk: int, macs: int) -> None:
     """Run ``kernel(lo, hi)`` over the blocks ``0 .. nblk - 1``: in one call on the calling
-    thread below ``models._parallel.MIN_PARALLEL_MACS`` multiply-adds, else as tasks of
-    consecutive blocks (at least ``_TASK_MACS`` each) on the threads of
+    thread below ``models._parallel.MIN_PARALLEL_MACS`` multiply-adds or with one thread, else
+    as tasks of consecutive blocks (at least ``_TASK_MACS`` each) on the threads of
     :mod:`fairagg.models._parallel`, which take the next task when they finish one (a thread
     slowed by another process takes fewer). Every block is computed alike either way, so the
     result does not depend on the thread count."""
     threads = threads_for(macs)
-    if threads == 1 or nblk <= 1:
+    if threads == 1 or nblk <= 1 or num_threads() == 1:  # one call: no task to hand out
         kernel(0, nblk)
         return
     per = max(1, -(-_TASK_MACS * nblk // max(macs, 1)))  # blocks per task
@@ -210,8 +210,9 @@ def weighted_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _two_combinations(w0, w1, rows, out0, out1, block, b_lo, b_hi):
-    # Four rows at a time stream through the two output blocks, which stay in cache (as in
-    # ``_weighted_update``): one pass over ``rows``.
+    # Eight rows at a time stream through the two output blocks, which stay in cache (as in
+    # ``_weighted_update``): one pass over ``rows``, and each output block read and written once
+    # per eight rows (with four, 0.70 of the one-thread read probe at m = 100; with eight, 0.76).
     m, d = rows.shape
     for b in range(b_lo, b_hi):
         lo = b * block
@@ -223,7 +224,34 @@ def _two_combinations(w0, w1, rows, out0, out1, block, b_lo, b_hi):
             o0[j] = 0.0
             o1[j] = 0.0
         k = 0
-        while k + 4 <= m:
+        while k + 8 <= m:
+            r0, r1, r2, r3 = (
+                rows[k, lo:hi],
+                rows[k + 1, lo:hi],
+                rows[k + 2, lo:hi],
+                rows[k + 3, lo:hi],
+            )
+            r4, r5, r6, r7 = (
+                rows[k + 4, lo:hi],
+                rows[k + 5, lo:hi],
+                rows[k + 6, lo:hi],
+                rows[k + 7, lo:hi],
+            )
+            a0, a1, a2, a3 = w0[k], w0[k + 1], w0[k + 2], w0[k + 3]
+            a4, a5, a6, a7 = w0[k + 4], w0[k + 5], w0[k + 6], w0[k + 7]
+            c0, c1, c2, c3 = w1[k], w1[k + 1], w1[k + 2], w1[k + 3]
+            c4, c5, c6, c7 = w1[k + 4], w1[k + 5], w1[k + 6], w1[k + 7]
+            for j in range(n):
+                x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+                x4, x5, x6, x7 = r4[j], r5[j], r6[j], r7[j]
+                o0[j] += (a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3) + (
+                    a4 * x4 + a5 * x5 + a6 * x6 + a7 * x7
+                )
+                o1[j] += (c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3) + (
+                    c4 * x4 + c5 * x5 + c6 * x6 + c7 * x7
+                )
+            k += 8
+        if k + 4 <= m:
             a0, a1, a2, a3 = w0[k], w0[k + 1], w0[k + 2], w0[k + 3]
             c0, c1, c2, c3 = w1[k], w1[k + 1], w1[k + 2], w1[k + 3]
             r0, r1, r2, r3 = (

@@ -50,7 +50,8 @@ Two implementations compute the same numbers (to round-off; ``method=``):
   on ``backend="numpy"`` (BLAS), ``"numba"`` (a register-tiled Numba Gram kernel up to
   ``kernels.cpu.GRAM_MAX_M`` updates, BLAS's SYRK above, and a one-pass Numba kernel for the
   product: the fastest on a CPU) or ``"cuda"`` (:mod:`fairagg.kernels`); the coefficient-space
-  work on G is O(m³), independent of d, and stays in NumPy.
+  work on G is O(m³), independent of d, on the host for every backend (its projection loop
+  compiled by Numba).
 
 Both also return the coefficient matrix of the g̃_i and the final weights, so that
 θ^{t+1} = θ^t − Σ_k a_k δ_k − Σ_h b_h h_h.
@@ -69,6 +70,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 
 from .._checks import (
@@ -554,22 +556,11 @@ def _gram(D, H, perm, kept, groups, backend):
     found = int(np.count_nonzero(np.triu((Gd < -tol) & (tol > 0.0), 1)))
     C = np.eye(m)
     active = ~kept & (norms[:m] > 0.0)
-    # size_i = Σ_l |C_il| ‖δ_l‖, the scale of g̃_i's round-off, summed as _vector sums it: from
-    # ‖δ_i‖, adding each projection's |coefficient| · ‖δ_j‖ in the order of perm (each column j
-    # of C changes once, from 0): one O(m) update per step instead of |C| @ norms, O(m²)
     size = norms[:m].copy()
-    projections = 0
-    for j in perm:
-        if diag[j] == 0.0:
-            continue
-        dots = C @ Gd[j]  # δ_j · g̃_i for every i (G is exactly symmetric: row j is column j)
-        mask = active & (dots < -RHO * (norms[j] * size))  # as _conflict(dot, ‖δ_j‖ size)
-        mask[j] = False
-        if mask.any():
-            coef = dots[mask] / diag[j]
-            C[mask, j] -= coef
-            size[mask] += np.abs(coef) * norms[j]
-            projections += int(np.count_nonzero(mask))
+    projections = _projections(
+        np.ascontiguousarray(Gd), np.asarray(perm, dtype=np.int64), diag, norms[:m], active,
+        RHO, C, size,
+    )  # fmt: skip
     c = np.zeros(m + h)
     c[:m] = C.sum(axis=0) / m
     ext_found = ext_proj = 0
@@ -593,6 +584,48 @@ def _gram(D, H, perm, kept, groups, backend):
     rows[1, :m] = 1.0 / m
     V = _combine(rows, D, H, backend)
     return c, C, (found, projections, ext_found, ext_proj), V[0], V[1], norms, G[:m] @ c
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _dots(C, g, out):  # pragma: no cover - compiled
+    """out = C g (rows of C against g, reassociated so that each dot product vectorises)."""
+    for i in range(C.shape[0]):
+        Ci = C[i]
+        acc = 0.0
+        for k in range(Ci.size):
+            acc += Ci[k] * g[k]
+        out[i] = acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _projections(Gd, perm, diag, norms, active, rho, C, size):  # pragma: no cover - compiled
+    """Alg. 2 on coefficients: for each target j in ``perm``, every active g̃_i (i ≠ j, row i of
+    ``C``) in conflict with δ_j is projected, C_ij −= (δ_j·g̃_i) / ‖δ_j‖². Returns the number of
+    projections; ``C`` and ``size`` are updated in place.
+
+    δ_j·g̃_i = (C G)_ij, G exactly symmetric so that row j of G is its column. ``size_i`` =
+    Σ_l |C_il| ‖δ_l‖, the scale of g̃_i's round-off, is summed as :func:`_vector` sums it: from
+    ‖δ_i‖, adding each projection's |coefficient| · ‖δ_j‖ in the order of ``perm`` (each column
+    j of C changes once, from 0), and the conflict test is :func:`_conflict`'s, associated the
+    same way (no fast-math flags here: only the dot products are reassociated). Compiled: the
+    NumPy loop over targets cost about 10 µs of interpreter a target (0.95 ms at m = 100, against
+    0.07 ms here)."""
+    m = Gd.shape[0]
+    dots = np.empty(m)
+    count = 0
+    for jj in range(perm.size):
+        j = perm[jj]
+        if diag[j] == 0.0:
+            continue
+        _dots(C, Gd[j], dots)
+        nj = norms[j]
+        for i in range(m):
+            if i != j and active[i] and dots[i] < -rho * (nj * size[i]):
+                coef = dots[i] / diag[j]
+                C[i, j] -= coef
+                size[i] += abs(coef) * nj
+                count += 1
+    return count
 
 
 def _combine(W: np.ndarray, D: np.ndarray, H: np.ndarray, backend: str) -> np.ndarray:

@@ -212,7 +212,11 @@ def test_no_projected_update_conflicts_with_the_last_target(r, method):
     res = fedfv_direction(D, losses, method=method, rescale=False, **kw)
     last = res.order[-1]
     sq = np.einsum("ij,ij->i", D, D)
-    norms = np.sqrt(np.where(sq >= np.finfo(np.float64).tiny, sq, 0.0))  # an underflowing δ is 0
+    # fedfv_direction's zero updates: ‖δ‖² below 2^-1022 P, P the largest power of two ≤ the
+    # largest ‖δ_l‖² (scale-free; such a δ_last is no target and leaves g̃_i in conflict with it)
+    top = sq.max(initial=0.0)
+    zero = sq < (math.ldexp(1.0, math.frexp(top)[1] - 1 - 1022) if top > 0.0 else np.inf)
+    norms = np.sqrt(np.where(zero, 0.0, sq))
     if norms[last] == 0.0:
         return
     for i in range(D.shape[0]):
@@ -223,6 +227,17 @@ def test_no_projected_update_conflicts_with_the_last_target(r, method):
         bound = (RHO + 1e-12) * norms[last] * (np.abs(res.coefficients[i]) @ norms)
         assert g_i @ D[last] >= -bound
     assert res.kept[last] == (kw["alpha"] > 0)
+
+
+@pytest.mark.parametrize("method", ["gram", "vector"])
+def test_an_update_below_the_scale_free_zero_threshold_is_no_target(method):
+    """‖δ_1‖² ≈ 4.6e-307 is a normal number but below 2^-1022 · 64 (64 the largest power of two
+    ≤ ‖δ_0‖² = 100): δ_1 counts as a zero update, so δ_0 is not projected on it although
+    δ_0·δ_1 < 0 (a draw of the property test above, whose own zero rule was float64's tiny)."""
+    D = np.array([[10.0], [-6.80183426e-154]])
+    res = fedfv_direction(D, [0.0, 0.0], alpha=0.0, method=method, rescale=False)
+    assert (res.conflicts_found, res.projections) == (0, 0)
+    assert np.array_equal(res.coefficients, np.eye(2))
 
 
 def test_alpha_zero_can_leave_the_last_client_in_conflict():
