@@ -321,7 +321,8 @@ def fedfv_direction(
     backend : {"numpy", "numba", "cuda"}
         Backend of the Gram path's two passes over the updates: the Gram matrix and the final
         combination W @ D (:mod:`fairagg.kernels`). The coefficient-space work on the small
-        (m + w)² matrix runs in NumPy on every backend. ``method="vector"`` is the readable
+        (m + w)² matrix runs on the host, the same code on every backend (NumPy, and its
+        projection loop compiled by Numba). ``method="vector"`` is the readable
         specification and runs only on ``"numpy"``; ``"numba"`` runs its BLAS calls (the small
         products on the Gram matrix, the norms) on one BLAS thread, its two passes on Numba's
         threads (:mod:`fairagg.models._parallel`).
