@@ -240,7 +240,7 @@ def _aggregation_calls():
 
     rng = np.random.default_rng(5)
     out = {}
-    for m, d in ((7, 20000), (600, 100)):  # column blocks; and the many-short-rows path
+    for m, d in ((13, 20000), (600, 100)):  # column blocks (8 + 4 + 1 rows); many short rows
         D = rng.standard_normal((m, d))
         theta, w, W2 = rng.standard_normal(d), rng.standard_normal(m), rng.standard_normal((2, m))
         out[f"weighted_update {m}x{d}"] = lambda D=D, t=theta, w=w: cpu.weighted_update(t, D, w)
