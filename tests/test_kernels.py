@@ -350,7 +350,7 @@ def test_device_arrays_need_the_cuda_backend_and_a_rule_that_takes_them():
 
 
 @pytest.mark.parametrize(
-    "shape", [(6, 2048 * 33 + 1), (5, 2048 * 64), (130, 300), (49, 999), "limit", "limit + 1"]
+    "shape", [(6, 2048 * 33 + 1), (5, 2048 * 64), (130, 300), (49, 999), "at limit", "past limit"]
 )
 @pytest.mark.parametrize("wide", [True, False])
 def test_numba_gram_over_many_column_chunks_and_past_its_row_limit(shape, wide, monkeypatch):
@@ -360,8 +360,10 @@ def test_numba_gram_over_many_column_chunks_and_past_its_row_limit(shape, wide, 
     from fairagg.kernels import cpu
 
     monkeypatch.setattr(cpu, "_GRAM_WIDE", wide)
-    if isinstance(shape, str):
-        shape = (cpu.GRAM_MAX_M + shape.count("+"), 37)
+    if shape == "at limit":  # the kernel's last row count
+        shape = (cpu.GRAM_MAX_M, 37)
+    elif shape == "past limit":  # BLAS's first
+        shape = (cpu.GRAM_MAX_M + 1, 37)
     rng = np.random.default_rng(shape[0])
     D = rng.standard_normal(shape)
     m, d = shape
