@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 from scipy.special import ndtr
 
@@ -35,8 +36,11 @@ from .simplex import (
     QPFactor,
     QPResult,
     SingularSystemError,
+    _absmax,
+    _all_finite,
     _factor_rank_one,
     _new_factor,
+    _solve_checked,
     _solve_simplex_qp,
     check_simplex_point,
     kl_step,
@@ -468,18 +472,115 @@ def _check_round(state: QuadraticFTRL, grad: Any, decision: Any) -> tuple[np.nda
     return g, p
 
 
+def _state_arrays(state: QuadraticFTRL) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The sums as the compiled code takes them (float64, C-contiguous, shapes (K, K), (K,), (K,)),
+    or None for a hand-made state that is not so (it then takes the NumPy path)."""
+    outer, gs, cs = state.outer_sum, state.grad_sum, state.cross_sum
+    for v, ndim in ((outer, 2), (gs, 1), (cs, 1)):
+        if not (
+            type(v) is np.ndarray
+            and v.dtype == np.float64
+            and v.ndim == ndim
+            and v.flags.c_contiguous
+        ):
+            return None
+    K = gs.shape[0]
+    return (outer, gs, cs) if K > 0 and outer.shape == (K, K) and cs.shape == (K,) else None
+
+
+@numba.njit(cache=True)
+def _ftrl_sums(outer, gs, cs, g, gp):  # pragma: no cover - compiled
+    """The sums after a round, Σggᵀ + ggᵀ, Σg + g and Σg⟨g, p⟩ + g·gp (gp = ⟨g, p⟩), entry by
+    entry the IEEE operations of the NumPy code (np.outer, then +=; no fast-math, so no FMA):
+    the same bits. Also returns whether all three are finite."""
+    K = g.shape[0]
+    O2 = np.empty((K, K))
+    gs2 = np.empty(K)
+    cs2 = np.empty(K)
+    for i in range(K):
+        gi = g[i]
+        for j in range(K):
+            O2[i, j] = gi * g[j] + outer[i, j]
+        gs2[i] = gs[i] + gi
+        cs2[i] = cs[i] + gi * gp
+    return O2, gs2, cs2, _all_finite(O2) and _all_finite(gs2) and _all_finite(cs2)
+
+
+@numba.njit(cache=True)
+def _ftrl_system(outer, gs, cs, alpha, beta, paper):  # pragma: no cover - compiled
+    """:func:`quadratic_ftrl_problem`'s A and b, the same IEEE operations (the same bits), with
+    what the QP's input check would find: max |A| and whether A is exactly symmetric and A and b
+    are finite (``ok``)."""
+    K = gs.shape[0]
+    A = np.empty((K, K))
+    for i in range(K):
+        for j in range(K):
+            A[i, j] = beta * outer[i, j]
+    diag = alpha if paper else alpha * (1.0 + beta)
+    for i in range(K):
+        A[i, i] += diag
+    b = gs - beta * cs if paper else gs.copy()
+    unequal = 0
+    for i in range(K):
+        for j in range(i):
+            unequal += A[i, j] != A[j, i]
+    ok = unequal == 0 and _all_finite(A) and _all_finite(b)
+    return A, b, _absmax(A), ok
+
+
+def _solve_ftrl(
+    state: QuadraticFTRL,
+    alpha: float,
+    beta: float,
+    variant: str,
+    start: np.ndarray | None,
+    factor: QPFactor | None,
+) -> tuple[QPResult, QPFactor]:
+    """The simplex minimiser of :func:`quadratic_ftrl_problem` (checked α, β and variant),
+    warm-started from ``start`` (float64 (K,)) or cold, from ``factor``'s buffers.
+
+    A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
+    so a warm start skips the solver's Cholesky proof of that. The usual sums (float64 arrays,
+    Σggᵀ exactly symmetric, everything finite) take the compiled path, which builds A and b and
+    checks them in one call; anything else takes :func:`fairagg.simplex.solve_simplex_qp`'s
+    checks, with their messages. Both give the same bits."""
+    arrays = _state_arrays(state)
+    if arrays is not None:
+        A, b, amax, ok = _ftrl_system(*arrays, alpha, beta, variant == "paper")
+        overflow = not ok and not (_all_finite(A) and _all_finite(b))
+        if overflow and all(np.isfinite(v).all() for v in arrays):  # finite sums, as ours are
+            raise _overflow(alpha, beta)
+    try:
+        if arrays is None or not ok:
+            A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
+            return _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, start, None, False, factor)
+        K = b.size
+        box = np.zeros(K), np.full(K, np.inf)
+        warm = 0 if start is None else 1
+        x0 = np.zeros(K) if start is None else start
+        return _solve_checked(A, b, amax, *box, 1.0, x0, warm, 20 * K + 100, False, factor)
+    except SingularSystemError as exc:
+        raise _ill_conditioned(alpha, beta) from exc
+
+
 def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
-    with np.errstate(over="ignore", invalid="ignore"):
-        outer = np.outer(g, g)
-        outer += state.outer_sum
-        new = QuadraticFTRL(
-            state.grad_sum + g, outer, state.cross_sum + g * float(g @ p), state.rounds + 1
+    arrays = _state_arrays(state)
+    if arrays is not None and arrays[1].size == g.size:
+        outer, gs, cs, finite = _ftrl_sums(*arrays, g, float(g @ p))
+        new = QuadraticFTRL(gs, outer, cs, state.rounds + 1)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            outer = np.outer(g, g)
+            outer += state.outer_sum
+            new = QuadraticFTRL(
+                state.grad_sum + g, outer, state.cross_sum + g * float(g @ p), state.rounds + 1
+            )
+        finite = (
+            np.isfinite(new.grad_sum).all()
+            and np.isfinite(new.outer_sum).all()
+            and np.isfinite(new.cross_sum).all()
         )
-    if not (
-        np.isfinite(new.grad_sum).all()
-        and np.isfinite(new.outer_sum).all()
-        and np.isfinite(new.cross_sum).all()
-    ):
+    if not finite:
         raise ValueError(
             "grad is too large for the FTRL sums: Σ g gᵀ and Σ g ⟨g, p⟩ overflow float64 "
             f"(largest |grad| entry {float(np.max(np.abs(g))):.3g}; products of entries must "
@@ -523,11 +624,22 @@ def quadratic_ftrl_step(
     A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
     so the solver skips its Cholesky proof of that on a warm start.
     """
-    A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
-    try:
-        return solve_simplex_qp(A, b, x0=x0, check_definite=False)
-    except SingularSystemError as exc:
-        raise _ill_conditioned(alpha, beta) from exc
+    K = _check_ftrl_state(state).grad_sum.size
+    a = check_real(alpha, "alpha", low=0.0, low_open=True)
+    bt = check_real(beta, "beta", low=0.0)
+    check_choice(variant, "variant", VARIANTS)
+    start = None
+    if x0 is not None:
+        start = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True)
+    return _solve_ftrl(state, a, bt, variant, start, None)[0]
+
+
+def _overflow(alpha: float, beta: float) -> ValueError:
+    return ValueError(
+        f"alpha = {alpha!r} and beta = {beta!r} make the FTRL problem overflow float64: "
+        "β Σ g gᵀ, β Σ g ⟨g, p⟩ or the diagonal α (1 + β) exceeds about 1.8e308; make them "
+        "smaller"
+    )
 
 
 def _ill_conditioned(alpha: float, beta: float) -> ValueError:
@@ -569,16 +681,13 @@ def quadratic_ftrl_round(
     new_state = _add_round(state, g, p)
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
-    A, b = quadratic_ftrl_problem(new_state, a, bt, variant)
+    check_choice(variant, "variant", VARIANTS)
     key = (a, bt, variant, new_state.rounds)
     if isinstance(factor, QPFactor) and factor.key == (a, bt, variant, state.rounds):
         start = _factor_rank_one(factor, math.sqrt(bt) * g, key)
     else:
         start = _new_factor(g.size)
-    try:
-        res, end = _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, p, None, False, start)
-    except SingularSystemError as exc:
-        raise _ill_conditioned(alpha, beta) from exc
+    res, end = _solve_ftrl(new_state, a, bt, variant, p, start)
     return FTRLRound(new_state, res, end._replace(key=key))
 
 

@@ -1028,7 +1028,15 @@ def _solve_simplex_qp(
         start, warm = np.zeros(K), 0
     else:
         start, warm = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True), 1
-    check = bool(check_definite)
+    return _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, bool(check_definite), factor)
+
+
+def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
+    """:func:`_solve_simplex_qp` on validated input: ``Am`` exactly symmetric, C-contiguous and
+    finite with ``amax`` = max |Am|, ``bv`` finite, ``lo``/``hi`` from :func:`check_box`,
+    ``start`` float64 (K,), ``warm`` 0 (cold) or 1 (project ``start``), ``it`` ≥ 1. Callers whose
+    A is symmetric by construction (AAgFF-S's) come here directly."""
+    K = bv.size
     if factor is None or factor.L.shape != (K, K):
         factor = _new_factor(K, kept=False)
     L, order, kept = factor.L, factor.order, factor.size

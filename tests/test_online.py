@@ -26,6 +26,7 @@ from fairagg import simplex as simplex_mod
 from fairagg.online import (
     RESPONSE_CDFS,
     BestFixedDecision,
+    QuadraticFTRL,
     aaggff_d_decision,
     aaggff_response,
     aaggff_s_defaults,
@@ -1546,6 +1547,128 @@ def test_quadratic_ftrl_round_factor_holds_no_stale_memory():
     L = quadratic_ftrl_round(quadratic_ftrl_init(K), g, np.full(K, 1.0 / K), alpha, beta).factor.L
     assert np.all(np.isfinite(L))
     np.testing.assert_array_equal(np.triu(L, 1), 0.0)
+
+
+def _ftrl_history(K, rounds, seed):
+    """A state after ``rounds`` rounds of gradients spanning six orders of magnitude, and the
+    last gradient and decision."""
+    rng = np.random.default_rng(seed)
+    state = quadratic_ftrl_init(K)
+    for _ in range(rounds):
+        g = rng.standard_normal(K) * 10.0 ** rng.integers(-3, 4)
+        p = rng.dirichlet(np.ones(K))
+        state = quadratic_ftrl_update(state, g, p)
+    return state, g, p
+
+
+def test_quadratic_ftrl_update_sums_are_numpys_bits():
+    # The sums are updated in one compiled pass: entry by entry the NumPy operations (np.outer,
+    # then +=; Σg + g; Σg⟨g, p⟩ + g·⟨g, p⟩), never a fused multiply-add or another order.
+    state, _, _ = _ftrl_history(23, 4, seed=3)
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        g = rng.standard_normal(23) * 1e3
+        p = rng.dirichlet(np.ones(23))
+        new = quadratic_ftrl_update(state, g, p)
+        outer = np.outer(g, g)
+        outer += state.outer_sum
+        np.testing.assert_array_equal(new.outer_sum, outer)
+        np.testing.assert_array_equal(new.grad_sum, state.grad_sum + g)
+        np.testing.assert_array_equal(new.cross_sum, state.cross_sum + g * float(g @ p))
+        assert new.rounds == state.rounds + 1
+        state = new
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+def test_quadratic_ftrl_step_and_round_are_the_generic_solve_bit_for_bit(variant):
+    # The step builds A and b and checks them in one compiled call, then runs the solver without
+    # its input checks: the same bits as quadratic_ftrl_problem then solve_simplex_qp. A round
+    # without a factor is the update then that step.
+    K = 31
+    _, alpha, beta = aaggff_s_defaults(K)
+    state, g, p = _ftrl_history(K, 40, seed=5)
+    A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
+    for x0 in (None, p, np.eye(K)[3]):
+        ours = quadratic_ftrl_step(state, alpha, beta, variant, x0=x0)
+        ref = solve_simplex_qp(A, b, x0=x0, check_definite=False)
+        np.testing.assert_array_equal(ours.x, ref.x)
+        assert (ours.multiplier, ours.iterations, ours.kkt_residual) == (
+            ref.multiplier,
+            ref.iterations,
+            ref.kkt_residual,
+        )
+        np.testing.assert_array_equal(ours.active_lower, ref.active_lower)
+    prev = quadratic_ftrl_init(K)
+    for _ in range(3):
+        rnd = quadratic_ftrl_round(prev, g, p, alpha, beta, variant)
+        step = quadratic_ftrl_step(quadratic_ftrl_update(prev, g, p), alpha, beta, variant, x0=p)
+        np.testing.assert_array_equal(rnd.result.x, step.x)
+        prev, p = rnd.state, rnd.result.x
+
+
+def test_quadratic_ftrl_compiled_system_is_quadratic_ftrl_problem():
+    from fairagg import online
+
+    state, _, _ = _ftrl_history(17, 9, seed=6)
+    sums = (state.outer_sum, state.grad_sum, state.cross_sum)
+    for variant in ("paper", "official"):
+        for alpha, beta in ((0.3, 1.7), (2.5, 0.0), (1e-3, 1e4)):
+            A_ref, b_ref = quadratic_ftrl_problem(state, alpha, beta, variant)
+            A, b, amax, ok = online._ftrl_system(*sums, alpha, beta, variant == "paper")
+            np.testing.assert_array_equal(A, A_ref)
+            np.testing.assert_array_equal(b, b_ref)
+            assert amax == np.abs(A_ref).max() and ok
+
+
+def test_quadratic_ftrl_hand_made_states_take_the_checked_path():
+    # A state the library did not build (an asymmetric Σggᵀ, integer or Fortran-ordered arrays, a
+    # non-finite sum) gets what solve_simplex_qp makes of quadratic_ftrl_problem's (A, b):
+    # symmetrised, converted, or refused with its message; never a solve of an unchecked A.
+    state, _, p = _ftrl_history(9, 12, seed=8)
+    outer = state.outer_sum.copy()
+    outer[5, 2] *= 1 + 1e-12
+    made = {
+        "asymmetric": state._replace(outer_sum=outer),
+        "integer": QuadraticFTRL(
+            np.arange(9) - 4, np.eye(9, dtype=np.int64) * 3, np.ones(9, dtype=np.int64), 2
+        ),
+        "fortran": state._replace(outer_sum=np.asfortranarray(state.outer_sum)),
+    }
+    for name, st_ in made.items():
+        A, b = quadratic_ftrl_problem(st_, 0.4, 1.5)
+        for x0 in (None, p):
+            ours = quadratic_ftrl_step(st_, 0.4, 1.5, x0=x0)
+            ref = solve_simplex_qp(A, b, x0=x0, check_definite=False)
+            np.testing.assert_array_equal(ours.x, ref.x, err_msg=name)
+    sym = solve_simplex_qp(*quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5), x0=p)
+    raw = simplex_mod._solve_checked(  # what an unchecked solve of the asymmetric A gives
+        *quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5),
+        np.abs(quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5)[0]).max(),
+        np.zeros(9), np.full(9, np.inf), 1.0, p, 1, 280, False, None,
+    )[0]  # fmt: skip
+    assert not np.array_equal(sym.x, raw.x)  # so the asymmetric case above can tell them apart
+    outer = state.outer_sum.copy()
+    outer[1, 1] = np.inf
+    with pytest.raises(ValueError, match=r"^A must be finite; got 0 NaN and 1 infinite"):
+        quadratic_ftrl_step(state._replace(outer_sum=outer), 0.4, 1.5, x0=p)
+
+
+def test_quadratic_ftrl_overflowing_problem_names_alpha_and_beta():
+    # Finite sums whose β-multiples (or the diagonal α(1 + β)) overflow: the caller is told
+    # that its alpha and beta do it, not that an "A" or "b" it never passed is infinite.
+    state, g, p = _ftrl_history(6, 5, seed=9)
+    state = state._replace(cross_sum=state.cross_sum * 1e300 / np.abs(state.cross_sum).max())
+    message = (
+        r"^alpha = (\S+) and beta = (\S+) make the FTRL problem overflow float64: β Σ g gᵀ, "
+        r"β Σ g ⟨g, p⟩ or the diagonal α \(1 \+ β\) exceeds about 1\.8e308; make them smaller$"
+    )
+    for alpha, beta, variant in ((0.4, 1e10, "paper"), (1e300, 1e10, "official")):
+        with pytest.raises(ValueError, match=message):
+            quadratic_ftrl_step(state, alpha, beta, variant, x0=p)
+        with pytest.raises(ValueError, match=message):
+            quadratic_ftrl_round(state, g, p, alpha, beta, variant)
+    # the same sums with a moderate β are solved
+    assert np.isfinite(quadratic_ftrl_step(state, 0.4, 1e-10, x0=p).x).all()
 
 
 def test_best_fixed_decision_iteration_limit_is_honoured_and_defaults_to_100():
