@@ -533,11 +533,16 @@ def _solve_ftrl(
     alpha: float,
     beta: float,
     variant: str,
-    start: np.ndarray | None,
+    x0: Any,
     factor: QPFactor | None,
+    shown: tuple[Any, Any],
+    *,
+    x0_checked: bool = False,
 ) -> tuple[QPResult, QPFactor]:
     """The simplex minimiser of :func:`quadratic_ftrl_problem` (checked α, β and variant),
-    warm-started from ``start`` (float64 (K,)) or cold, from ``factor``'s buffers.
+    warm-started from ``x0`` (the caller's, checked here after the problem as
+    :func:`~fairagg.simplex.solve_simplex_qp` does, unless ``x0_checked``) or cold, from
+    ``factor``'s buffers. ``shown``: the caller's alpha and beta, as its error messages name them.
 
     A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
     so a warm start skips the solver's Cholesky proof of that. The usual sums (float64 arrays,
@@ -549,18 +554,22 @@ def _solve_ftrl(
         A, b, amax, ok = _ftrl_system(*arrays, alpha, beta, variant == "paper")
         overflow = not ok and not (_all_finite(A) and _all_finite(b))
         if overflow and all(np.isfinite(v).all() for v in arrays):  # finite sums, as ours are
-            raise _overflow(alpha, beta)
+            raise _overflow(*shown)
     try:
         if arrays is None or not ok:
             A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
-            return _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, start, None, False, factor)
+            return _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
         K = b.size
+        if x0 is None:
+            start, warm = np.zeros(K), 0
+        else:
+            start, warm = x0, 1
+            if not x0_checked:
+                start = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True)
         box = np.zeros(K), np.full(K, np.inf)
-        warm = 0 if start is None else 1
-        x0 = np.zeros(K) if start is None else start
-        return _solve_checked(A, b, amax, *box, 1.0, x0, warm, 20 * K + 100, False, factor)
+        return _solve_checked(A, b, amax, *box, 1.0, start, warm, 20 * K + 100, False, factor)
     except SingularSystemError as exc:
-        raise _ill_conditioned(alpha, beta) from exc
+        raise _ill_conditioned(*shown) from exc
 
 
 def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
@@ -624,14 +633,11 @@ def quadratic_ftrl_step(
     A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
     so the solver skips its Cholesky proof of that on a warm start.
     """
-    K = _check_ftrl_state(state).grad_sum.size
+    _check_ftrl_state(state)
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
     check_choice(variant, "variant", VARIANTS)
-    start = None
-    if x0 is not None:
-        start = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True)
-    return _solve_ftrl(state, a, bt, variant, start, None)[0]
+    return _solve_ftrl(state, a, bt, variant, x0, None, (alpha, beta))[0]
 
 
 def _overflow(alpha: float, beta: float) -> ValueError:
@@ -687,7 +693,7 @@ def quadratic_ftrl_round(
         start = _factor_rank_one(factor, math.sqrt(bt) * g, key)
     else:
         start = _new_factor(g.size)
-    res, end = _solve_ftrl(new_state, a, bt, variant, p, start)
+    res, end = _solve_ftrl(new_state, a, bt, variant, p, start, (alpha, beta), x0_checked=True)
     return FTRLRound(new_state, res, end._replace(key=key))
 
 

@@ -1653,6 +1653,26 @@ def test_quadratic_ftrl_hand_made_states_take_the_checked_path():
         quadratic_ftrl_step(state._replace(outer_sum=outer), 0.4, 1.5, x0=p)
 
 
+def test_quadratic_ftrl_step_checks_the_problem_before_x0():
+    # The order of solve_simplex_qp's checks: alpha, beta and variant, then the problem the state
+    # makes, then x0; so a broken state is reported as such whatever x0 is, and the singular-
+    # system message shows alpha and beta as the caller gave them.
+    state, _, _ = _ftrl_history(3, 2, seed=10)
+    outer = state.outer_sum.copy()
+    outer[0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^A must be finite; got 1 NaN"):
+        quadratic_ftrl_step(state._replace(outer_sum=outer), 0.4, 1.5, x0=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"^alpha must be"):
+        quadratic_ftrl_step(state._replace(grad_sum=[0.0, 0.0, 0.0]), -1.0, 1.0)
+    with pytest.raises(ValueError, match=r"^x0 must have shape \(3,\); got \(2,\)$"):
+        quadratic_ftrl_step(state, 0.4, 1.5, x0=[0.5, 0.5])
+    big = quadratic_ftrl_update(quadratic_ftrl_init(2), [1e150, -1e150], [0.5, 0.5])
+    with pytest.raises(ValueError, match=r"with alpha = 1 and beta = 2: make"):
+        quadratic_ftrl_step(big, 1, 2, x0=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"with alpha = 1 and beta = 2: make"):
+        quadratic_ftrl_round(quadratic_ftrl_init(2), [1e150, -1e150], [0.5, 0.5], 1, 2)
+
+
 def test_quadratic_ftrl_overflowing_problem_names_alpha_and_beta():
     # Finite sums whose β-multiples (or the diagonal α(1 + β)) overflow: the caller is told
     # that its alpha and beta do it, not that an "A" or "b" it never passed is infinite.
