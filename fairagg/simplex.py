@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 import numba
 import numpy as np
+from numba.np.linalg import F_INT_nbtype as _LAPACK_INT
+from numba.np.linalg import F_INT_nptype as _LAPACK_INT_NP
 
 from ._checks import as_float_array, check_count, check_finite, check_int, check_real
 
@@ -359,6 +361,28 @@ _POTRF = numba.types.ExternalFunction(
     ),
 )
 
+# LAPACK's dgesv through the helper numba's np.linalg.solve calls (kind, n, nrhs, a, lda, ipiv,
+# b, ldb -> info), for the bordered KKT system: the same factorisation and solve as
+# np.linalg.solve, without compiling its wrapper (its checks and error messages took 2.4 s of the
+# solver's first compilation).
+_GESV = numba.types.ExternalFunction(
+    "numba_xgesv",
+    numba.types.intc(
+        numba.types.char,
+        numba.types.intp,
+        numba.types.intp,
+        numba.types.CPointer(numba.types.float64),
+        numba.types.intp,
+        numba.types.CPointer(_LAPACK_INT),
+        numba.types.CPointer(numba.types.float64),
+        numba.types.intp,
+    ),
+)
+# The helpers' kind and uplo arguments: ord("d") (float64) and ord("U") (upper), as constants:
+# ord() of a string in compiled code compiles numba's unicode support.
+_KIND_D = 100
+_UPLO_U = 85
+
 
 @numba.njit(cache=True)
 def _chol_free(A, free, nf, L):  # pragma: no cover - compiled
@@ -373,7 +397,7 @@ def _chol_free(A, free, nf, L):  # pragma: no cover - compiled
             L[a, c] = A[free[a], free[c]]
     # The row-major lower triangle is LAPACK's column-major upper one: factorising "U" there
     # (A_FF = UᵀU) leaves U's transpose, our L, in place.
-    info = _POTRF(ord("d"), ord("U"), nf, L.ctypes, K)
+    info = _POTRF(_KIND_D, _UPLO_U, nf, L.ctypes, K)
     return info == 0
 
 
@@ -525,9 +549,20 @@ def _bordered_kkt(A, b, x, state, free, nf, total):  # pragma: no cover - compil
         B[a, nf] = -1.0
         B[nf, a] = 1.0
     r[nf] = total - fixed_sum
-    try:
-        sol = np.linalg.solve(B, r)
-    except Exception:  # exactly singular
+    # np.linalg.solve(B, r): it refuses a non-finite system (r can overflow where A's entries
+    # and the bounds are huge; the residual test below would not catch an infinite one), then
+    # LAPACK's dgesv solves a Fortran-ordered copy of B (here the transpose in C order) with r
+    # copied in.
+    if not (_all_finite(B) and _all_finite(r)):
+        return r[:nf], 0.0, False
+    n = nf + 1
+    Bf = np.empty((n, n))
+    for a in range(n):
+        for c in range(n):
+            Bf[c, a] = B[a, c]
+    sol = r.copy()
+    ipiv = np.empty(n, dtype=_LAPACK_INT_NP)
+    if _GESV(_KIND_D, n, 1, Bf.ctypes, n, ipiv.ctypes, sol.ctypes, n) != 0:  # exactly singular
         return r[:nf], 0.0, False
     res = 0.0
     scale = 0.0
@@ -850,7 +885,8 @@ def _qp(  # pragma: no cover - compiled
     elif warm == 0:
         # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
         # whole of A is the positive-definiteness check), projected onto the box-simplex
-        free[:] = np.arange(K)
+        for i in range(K):  # (a slice assignment compiles a shape check with its message)
+            free[i] = i
         if not _chol_free(A, free, K, L):
             return fail
         sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
