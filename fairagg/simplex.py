@@ -606,7 +606,10 @@ def _active_set(  # pragma: no cover - compiled
     tabu = np.zeros(K, dtype=np.bool_)
     last_freed = -1
     nu = 0.0
-    nf = 0
+    # np.int64(0), not 0 (and np.int64(-1) below): numba types a variable first assigned a
+    # literal as that literal, and compiled every callee it reaches (_chol_kkt, _bordered_kkt,
+    # ...) once for Literal[int](0) and once for int64: 1.6 s of the first compilation.
+    nf = np.int64(0)
     for j in range(K):
         if state[j] == 0:
             nf += 1
@@ -616,7 +619,7 @@ def _active_set(  # pragma: no cover - compiled
     refactor = not given
     updates = age0 if given else 0
     if not given:
-        nf = 0
+        nf = np.int64(0)
         for j in range(K):
             if state[j] == 0:
                 free[nf] = j
@@ -651,7 +654,7 @@ def _active_set(  # pragma: no cover - compiled
         nu = nu_f
         alpha = 1.0
         block = -1
-        block_at = -1
+        block_at = np.int64(-1)
         block_to = 0
         if nf > 1:  # with one free coordinate the equality fixes it: no step to limit
             for a in range(nf):
@@ -694,7 +697,7 @@ def _active_set(  # pragma: no cover - compiled
             tabu[:] = False
         # x minimises over the current face: check the signs of the working set's multipliers
         worst = tol
-        enter = -1
+        enter = np.int64(-1)
         for j in range(K):
             if state[j] == 0 or tabu[j]:
                 continue
