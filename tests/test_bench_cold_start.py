@@ -1,0 +1,99 @@
+"""Smoke test of ``validate/bench_cold_start.py`` (the first ``fairagg run`` after install against
+a warm run) on one rule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.scripts import csv_rows, load_script
+
+
+@pytest.fixture(scope="module")
+def afl_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_cold_start")
+    status = load_script("bench_cold_start").main(["--rules", "afl", "--out", str(out)])
+    return status, out
+
+
+def test_writes_csv_json_and_png(afl_run):
+    status, out = afl_run
+    assert status == 0
+    for name in ("bench_cold_start.csv", "bench_cold_start.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "bench_cold_start.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_cold_run_compiles_and_the_warm_run_loads_the_cache(afl_run):
+    # An empty cache makes the first process compile the training and evaluation kernels (seconds
+    # of events); the second finds them cached and compiles nothing of that size.
+    _, out = afl_run
+    (r,) = csv_rows(out / "bench_cold_start.csv")
+    assert r["rule"] == "afl" and int(r["repeats"]) == 1
+    compile_s, warm_compile_s = float(r["compile_s"]), float(r["warm_compile_s"])
+    assert compile_s > 0.5
+    assert warm_compile_s < 0.1 * compile_s
+    assert "batch_loss_grad" in r["longest"]
+    cold, warm, extra = float(r["t_cold_s"]), float(r["t_warm_s"]), float(r["one_off_s"])
+    assert math.isclose(extra, cold - warm, rel_tol=1e-9, abs_tol=1e-9)
+    assert r["meets_target"] == str(extra <= float(r["target_s"]))
+
+
+def test_no_fairagg_function_is_compiled_twice_for_the_same_types(afl_run):
+    # A function compiled for Literal[int](0) as well as int64 (what the simplex QP's callees
+    # were) is listed in "repeated"; the training and gradient kernels have none.
+    _, out = afl_run
+    data = json.loads((out / "bench_cold_start.json").read_text())
+    assert data["rows"][0]["repeated"] == ""
+
+
+def test_a_failing_run_is_reported_with_its_error(tmp_path):
+    bench = load_script("bench_cold_start")
+    with pytest.raises(RuntimeError, match="fairagg run --rule no-such-rule failed"):
+        bench.main(["--rules", "no-such-rule", "--out", str(tmp_path)])
+
+
+def _events(script):
+    """Fake ``numba:compile`` events: ``script`` is [(time, "start"/"end", module, name, args)]."""
+    from types import SimpleNamespace
+
+    out = []
+    for ts, kind, module, name, args in script:
+        fn = SimpleNamespace(__module__=module, __qualname__=name)
+        data = {"dispatcher": SimpleNamespace(py_func=fn), "args": args}
+        out.append((ts, SimpleNamespace(is_start=kind == "start", data=data)))
+    return out
+
+
+def test_summarize_counts_own_time_and_literal_repeats():
+    bench = load_script("bench_cold_start")
+    qp, kkt, lib = "fairagg.simplex", "fairagg.simplex", "numba.np.arraymath"
+    s = bench.summarize(
+        _events(
+            [
+                (0.0, "start", qp, "_qp", "(A, int64)"),
+                (1.0, "start", kkt, "_chol_kkt", "(A, Literal[int](0))"),
+                (1.5, "end", kkt, "_chol_kkt", ""),
+                (2.0, "start", kkt, "_chol_kkt", "(A, int64)"),
+                (2.25, "end", kkt, "_chol_kkt", ""),
+                (3.0, "start", lib, "np_sort", "(A,)"),
+                (3.5, "start", lib, "np_sort", "(A,)"),  # not fairagg's: never listed
+                (3.75, "end", lib, "np_sort", ""),
+                (4.0, "end", lib, "np_sort", ""),
+                (5.0, "start", kkt, "_absmax", "(A2,)"),
+                (5.5, "end", kkt, "_absmax", ""),
+                (6.0, "start", kkt, "_absmax", "(A1,)"),  # other types: a legitimate second
+                (6.5, "end", kkt, "_absmax", ""),
+                (7.0, "end", qp, "_qp", ""),
+                (8.0, "start", qp, "_box_project", "(A,)"),
+                (8.5, "end", qp, "_box_project", ""),
+            ]
+        )
+    )
+    assert s["compile_s"] == 7.5  # the outermost compilations: 7.0 + 0.5
+    assert s["own"]["fairagg.simplex._qp"] == 7.0 - 0.75 - 1.0 - 1.0
+    assert s["own"]["fairagg.simplex._chol_kkt"] == 0.75
+    assert s["repeated"] == ["fairagg.simplex._chol_kkt"]
+    assert not any(k.startswith("numba") for k in s["own"])

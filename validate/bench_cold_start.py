@@ -1,0 +1,216 @@
+"""Benchmark: the first ``fairagg run`` after install, while Numba compiles, against a warm run.
+
+What it shows: for each rule, the wall time of ``fairagg run --rule R --rounds 2`` (the default
+data and model) in a fresh Python process, twice:
+
+- ``cold``: with an empty Numba cache (``NUMBA_CACHE_DIR`` set to a new folder), as the first run
+  after install finds it;
+- ``warm``: the same command again, loading what the cold run cached;
+
+and the one-off cost, cold − warm, against the issue's target of at most 2 s over a warm run
+(issue "Fast on the machine people actually have", item 8). In the cold process Numba's compile
+events are recorded:
+- the seconds spent compiling;
+- the fairagg functions that took longest to compile (their own time, callees excluded);
+- every fairagg function compiled more than once in that process for the same argument types
+  (counting a literal type, ``Literal[int](0)``, as its ``int64``).
+
+A repeated compile is usually the same function compiled for a literal argument type
+(``Literal[int](0)``) as well as for ``int64``: the simplex QP's callees were compiled twice that
+way until issue 22. The column should stay empty.
+
+Both processes run on whatever cores the machine has (no thread setting), and are timed from their
+start to their exit: the time a user waits. The runs' own output goes to a temporary folder,
+removed afterwards.
+
+Run: ``python validate/bench_cold_start.py [--rules fedavg,fedmgda] [--repeats N] [--out DIR]``;
+writes ``DIR/bench_cold_start.{csv,json,png}`` (default ``runs/bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _bench import write_results  # noqa: E402
+from _output import log  # noqa: E402
+
+NAME = "bench_cold_start"
+RULES = ("fedavg", "fedfv", "afl", "fedmgda", "aaggff-s")
+TARGET_S = 2.0
+
+_LITERAL = re.compile(r"Literal\[(\w+)\]\([^)]*\)")
+
+
+def summarize(events: list) -> dict:
+    """Numba's ``numba:compile`` events of one process, ``[(timestamp, event), ...]`` in order:
+    the seconds spent compiling (outermost compilations), each fairagg function's own compile time
+    (its callees' excluded), and the fairagg functions compiled more than once for the same
+    argument types, a literal type counting as its ``int64`` (``Literal[int](0)``)."""
+    stack: list[list] = []
+    own: dict[str, float] = {}
+    count: dict[tuple[str, str], int] = {}
+    total = 0.0
+    for ts, ev in events:
+        fn = getattr(ev.data.get("dispatcher"), "py_func", None)
+        mod = getattr(fn, "__module__", "") or ""
+        name = f"{mod}.{getattr(fn, '__qualname__', '?')}" if mod.startswith("fairagg") else ""
+        if ev.is_start:
+            stack.append([name, ts, 0.0])
+            if name:
+                args = _LITERAL.sub(
+                    lambda m: "int64" if m.group(1) == "int" else m.group(1),
+                    str(ev.data.get("args")),
+                )
+                count[name, args] = count.get((name, args), 0) + 1
+            continue
+        name, start, inner = stack.pop()
+        dur = ts - start
+        if stack:
+            stack[-1][2] += dur
+        else:
+            total += dur
+        if name:
+            own[name] = own.get(name, 0.0) + dur - inner
+    repeated = sorted({name for (name, _), n in count.items() if n > 1})
+    return {"compile_s": total, "own": own, "repeated": repeated}
+
+
+def child(rule: str, out: str) -> int:
+    """One ``fairagg run`` with Numba's compile events recorded; prints their summary as JSON."""
+    from numba.core import event
+
+    import fairagg.cli
+
+    with event.install_recorder("numba:compile") as rec:
+        status = fairagg.cli.main(["run", "--rule", rule, "--rounds", "2", "--out", out, "--quiet"])
+    print(json.dumps({"status": status, **summarize(rec.buffer)}))
+    return 0
+
+
+def run_once(rule: str, cache: Path, work: Path, tag: str) -> dict:
+    """One `fairagg run` of ``rule`` in a fresh process with Numba's cache in ``cache``."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", rule, str(work / f"{rule}-{tag}")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"fairagg run --rule {rule} failed:\n{proc.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if result["status"] != 0:
+        raise RuntimeError(f"fairagg run --rule {rule} returned {result['status']}")
+    return result | {"wall_s": wall}
+
+
+def measure(rule: str, repeats: int) -> dict:
+    """Median cold and warm wall times of ``rule`` over ``repeats`` cold/warm pairs, each pair
+    with a new, empty cache."""
+    cold, warm, compile_s, warm_compile_s = [], [], [], []
+    own: dict[str, float] = {}
+    repeated: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="fairagg-cold-") as tmp:
+        for i in range(repeats):
+            cache = Path(tmp) / f"cache{i}"
+            c = run_once(rule, cache, Path(tmp), f"cold{i}")
+            w = run_once(rule, cache, Path(tmp), f"warm{i}")
+            cold.append(c["wall_s"])
+            warm.append(w["wall_s"])
+            compile_s.append(c["compile_s"])
+            warm_compile_s.append(w["compile_s"])
+            repeated.update(c["repeated"])
+            for k, v in c["own"].items():
+                own[k] = own.get(k, 0.0) + v / repeats
+    t_cold, t_warm = statistics.median(cold), statistics.median(warm)
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:3]
+    return {
+        "rule": rule,
+        "repeats": repeats,
+        "t_cold_s": t_cold,
+        "t_warm_s": t_warm,
+        "one_off_s": t_cold - t_warm,
+        "compile_s": statistics.median(compile_s),
+        "warm_compile_s": statistics.median(warm_compile_s),
+        "target_s": TARGET_S,
+        "meets_target": t_cold - t_warm <= TARGET_S,
+        "longest": "; ".join(f"{k.rsplit('.', 1)[-1]} {v:.2f}" for k, v in top),
+        "repeated": "; ".join(sorted(repeated)),
+    }
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(rows) + 2.0))
+    names = [r["rule"] for r in rows]
+    warm = [r["t_warm_s"] for r in rows]
+    extra = [r["one_off_s"] for r in rows]
+    ax.barh(names, warm, color="#4c72b0", label="warm run")
+    ax.barh(names, extra, left=warm, color="#dd8452", label="first run's extra (compiling)")
+    for i, r in enumerate(rows):
+        ax.plot([r["t_warm_s"] + TARGET_S] * 2, [i - 0.4, i + 0.4], color="black", lw=1.5)
+    ax.plot([], [], color="black", lw=1.5, label=f"target: warm + {TARGET_S:g} s")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds, `fairagg run --rounds 2` in a fresh process")
+    ax.set_title("First run after install (empty Numba cache) against a warm run")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # the measured process (see run_once)
+        return child(*argv[1:3])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rules", type=str, default=",".join(RULES))
+    ap.add_argument("--repeats", type=int, default=1, help="cold/warm pairs per rule (median)")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()]
+    rows = []
+    for rule in rules:
+        log(f"{rule}: cold and warm runs ...")
+        rows.append(measure(rule, args.repeats))
+    cpus = os.cpu_count()
+    print(f"\nFirst `fairagg run --rounds 2` after install against a warm run ({cpus} CPUs)")
+    print(f"{'rule':10} {'cold s':>7} {'warm s':>7} {'extra s':>8} {'compile s':>9}  target")
+    for r in rows:
+        mark = "PASS" if r["meets_target"] else "MISS"
+        print(
+            f"{r['rule']:10} {r['t_cold_s']:7.2f} {r['t_warm_s']:7.2f} {r['one_off_s']:8.2f} "
+            f"{r['compile_s']:9.2f}  <= {TARGET_S:g} s {mark}   longest: {r['longest']}"
+        )
+    twice = [f"{r['rule']}: {r['repeated']}" for r in rows if r["repeated"]]
+    print("compiled more than once: " + ("; ".join(twice) if twice else "none"))
+    meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    write_results(args.out, NAME, rows, meta)
+    plot(rows, args.out / f"{NAME}.png")
+    print(f"wrote {args.out}/{NAME}.csv, .json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
