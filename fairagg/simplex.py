@@ -344,6 +344,11 @@ def _tri_solve_upper_t(L, r):  # pragma: no cover - compiled
 
 # Reassociation only (no finite-math assumptions): lets the compiler vectorise the dot products
 # of the triangular solves; NaN and infinity keep their IEEE meaning.
+#
+# A compiled function without fastmath flags of its own is compiled with its caller's when a
+# fastmath caller compiles it first (numba passes them on), and that version is the one kept, on
+# disk too: its bits would depend on which caller, or which test calling it directly, came
+# first. Every callee of _active_set therefore states the flags it always ran with.
 _REASSOC = {"reassoc", "nsz", "contract"}
 
 
@@ -384,7 +389,7 @@ _KIND_D = 100
 _UPLO_U = 85
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=_REASSOC)  # copies and LAPACK: the flags change nothing here
 def _chol_free(A, free, nf, L):  # pragma: no cover - compiled
     """L[:nf, :nf] ← the Cholesky factor of A_FF, F = free[:nf] in that order (LAPACK dpotrf).
 
@@ -424,7 +429,7 @@ def _chol_append(A, free, nf, L, j):  # pragma: no cover - compiled
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=_REASSOC)
 def _chol_delete(free, nf, L, p):  # pragma: no cover - compiled
     """Drop position p from F and from the factor of A_FF: Givens rotations, O((nf − p)²).
 
@@ -524,7 +529,7 @@ def _chol_kkt(A, b, x, state, free, nf, L, total):  # pragma: no cover - compile
     return xf + e * v, nu + e - c
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=_REASSOC)
 def _bordered_kkt(A, b, x, state, free, nf, total):  # pragma: no cover - compiled
     """The free-set minimiser of :func:`_chol_kkt` for a semidefinite A: the bordered system
     [A_FF −1; 1ᵀ 0] solved by LU. Returns (x_F, ν, ok); a solution with a large residual (a

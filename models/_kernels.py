@@ -28,13 +28,25 @@ ACT_TANH = 0
 ACT_RELU = 1
 
 
+# reassoc lets LLVM split the length-p dot products over SIMD lanes and several accumulators
+# (the loops are otherwise one dependent addition chain); contract allows FMA. No flag that
+# changes NaN or infinity semantics is set. Results differ from the NumPy reference only by
+# round-off (tested).
+#
+# The softmax helpers below state these flags too. They always ran with them: numba compiles a
+# callee without flags of its own with its caller's (batch_loss_grad's), but keeps the first
+# version it compiled, on disk too. One compiled by a direct call first (a test, a user) would
+# have had none, and every later training run on that machine would have trained other bits.
+_FASTMATH = {"reassoc", "contract"}
+
+
 @njit(cache=True)
 def work_size(n_hidden: int, n_classes: int) -> int:
     """Length of the scratch buffer ``batch_loss_grad`` needs."""
     return n_classes + 3 * n_hidden
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FASTMATH)
 def _cross_entropy_row(z, C, label):
     """Cross-entropy of logits ``z[:C]`` against ``label``; ``z`` becomes dF/dz = softmax − onehot.
 
@@ -46,7 +58,7 @@ def _cross_entropy_row(z, C, label):
     return lse - zy, arg == label
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FASTMATH)
 def _softmax_grad_row(z, C, label):
     """``z[:C]`` becomes dF/dz = softmax − onehot, as in :func:`_cross_entropy_row`, without the
     loss (no logarithm)."""
@@ -54,14 +66,14 @@ def _softmax_grad_row(z, C, label):
     z[label] -= 1.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FASTMATH)
 def _softmax_row(z, C):
     """Turn logits ``z[:C]`` into probabilities in place; return (log-sum-exp, argmax)."""
     zmax, arg, s = _softmax_probs(z, C)
     return zmax + np.log(s), arg
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FASTMATH)
 def _softmax_probs(z, C):
     """Turn logits ``z[:C]`` into probabilities in place; return (max, argmax, Σ exp(z − max)).
 
@@ -82,13 +94,6 @@ def _softmax_probs(z, C):
     for c in range(C):
         z[c] *= inv
     return zmax, arg, s
-
-
-# reassoc lets LLVM split the length-p dot products over SIMD lanes and several accumulators
-# (the loops are otherwise one dependent addition chain); contract allows FMA. No flag that
-# changes NaN or infinity semantics is set. Results differ from the NumPy reference only by
-# round-off (tested).
-_FASTMATH = {"reassoc", "contract"}
 
 
 @njit(cache=True, fastmath=_FASTMATH, inline="always")
