@@ -1075,19 +1075,55 @@ def _solve_simplex_qp(
     return _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, bool(check_definite), factor)
 
 
+def _rescaling(m: float) -> int:
+    """The exponent e by which a QP whose largest coefficient is ``m`` is solved, scaled by 2^e:
+    0 within 2^±400 (and for m = 0), else the even e that brings m into [1/2, 2).
+
+    The minimiser of ½xᵀAx + bᵀx does not change when A and b are scaled together, and scaling by
+    a power of two is exact (it makes a subnormal entry normal, without rounding). Far from 1 the
+    solver's intermediate quantities leave float64: A⁻¹1 ~ 1/λ_min overflows for A ~ 1e-308
+    (the answer was NaN), and products underflow to subnormals for A ~ 1e307. An even exponent
+    keeps the Cholesky factor's square roots exact too, so a solve scaled by 4^j gives the
+    unscaled solve's x bit for bit.
+    """
+    if not m > 0.0 or 2.0**-_SAFE_EXPONENT < m < 2.0**_SAFE_EXPONENT:
+        return 0
+    return -2 * (math.frexp(m)[1] // 2)
+
+
+def _unscaled(res: QPResult, e: int) -> QPResult:
+    """``res`` of a QP solved scaled by 2^e: the multiplier scales back (±inf or 0 where the exact
+    value leaves float64, as min_norm_point's); x and the relative KKT residual do not change."""
+    if not e:
+        return res
+    with np.errstate(over="ignore", under="ignore"):
+        return res._replace(multiplier=float(np.ldexp(res.multiplier, -e)))
+
+
+_SAFE_EXPONENT = 400
+
+
 def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
     """:func:`_solve_simplex_qp` on validated input: ``Am`` exactly symmetric, C-contiguous and
     finite with ``amax`` = max |Am|, ``bv`` finite, ``lo``/``hi`` from :func:`check_box`,
     ``start`` float64 (K,), ``warm`` 0 (cold) or 1 (project ``start``), ``it`` ≥ 1. Callers whose
-    A is symmetric by construction (AAgFF-S's) come here directly."""
+    A is symmetric by construction (AAgFF-S's) come here directly.
+
+    A and b far from 1 are solved scaled (:func:`_rescaling`); the multiplier is scaled back, and
+    no factor is kept (it would be the scaled A_FF's)."""
     K = bv.size
+    e = _rescaling(max(amax, _absmax(bv)))
+    if e:
+        Am, bv, amax = np.ldexp(Am, e), np.ldexp(bv, e), math.ldexp(amax, e)
+        factor = None
     if factor is None or factor.L.shape != (K, K):
         factor = _new_factor(K, kept=False)
     L, order, kept = factor.L, factor.order, factor.size
     out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, kept, factor.age)
     if kept >= 0 and warm == 1 and out[4] == 0 and not out[5] <= _KEPT_FACTOR_RESIDUAL:
         out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, -1, 0)
-    return _result(out, it), QPFactor(L, order, out[6], out[7], factor.key)
+    res = _unscaled(_result(out, it), e)
+    return res, QPFactor(L, order, -1 if e else out[6], 0 if e else out[7], factor.key)
 
 
 def a_norm_projection(
@@ -1178,6 +1214,9 @@ def min_norm_weights(
     G0 = as_float_array(gram, "gram", ndim=2, dtype=np.float64, allow_int=True, min_size=1)
     G, _, gmax = _check_qp(G0, np.zeros(G0.shape[0]), "gram")
     m = G.shape[0]
+    e = _rescaling(gmax)  # solved scaled far from 1, as solve_simplex_qp is: the same λ
+    if e:
+        G, gmax = np.ldexp(G, e), math.ldexp(gmax, e)
     if np.any(np.diag(G) < 0):
         raise ValueError("gram must be positive semidefinite; it has a negative diagonal entry")
     lo, hi = check_box(lower, upper, m, 1.0)
@@ -1200,7 +1239,7 @@ def min_norm_weights(
         -1,
         0,
     )
-    return _result(out, it, "gram")
+    return _unscaled(_result(out, it, "gram"), e)
 
 
 def min_norm_point(
@@ -1226,17 +1265,14 @@ def min_norm_point(
     # The weights do not depend on the vectors' scale: far from 1 (beyond 2^±400), solve with
     # V 2^-e (exact), whose largest entry is in [1/2, 1), so that the Gram matrix neither over-
     # nor underflows (in range, the plain Gram matrix: the same bits as min_norm_weights); the
-    # point and the squared norm are scaled back (±inf or 0 only where the exact value leaves
-    # float64).
+    # point, the squared norm and the multiplier are scaled back (±inf or 0 only where the exact
+    # value leaves float64). The KKT residual is relative to the gradient's scale: it is not.
     top = float(np.max(np.abs(V)))
     e = math.frexp(top)[1] if not 2.0**-400 < top < 2.0**400 and top > 0 else 0
     Vs = np.ldexp(V, -e) if e else V
     qp = min_norm_weights(Vs @ Vs.T, lower=lower, upper=upper, max_iter=max_iter)
     with np.errstate(over="ignore", under="ignore"):
-        qp = qp._replace(
-            multiplier=float(np.ldexp(qp.multiplier, 2 * e)),
-            kkt_residual=float(np.ldexp(qp.kkt_residual, 2 * e)),
-        )
+        qp = qp._replace(multiplier=float(np.ldexp(qp.multiplier, 2 * e)))
         ps = qp.x @ Vs
         point = np.ldexp(ps, e)
         norm_sq = float(np.ldexp(ps @ ps, 2 * e))

@@ -1904,8 +1904,8 @@ def test_min_norm_point_is_the_same_at_every_scale(k):
         ]:
             want = float(np.ldexp(ref_v, 2 * k))
             assert got_v == pytest.approx(want, rel=1e-9, abs=1e-300), name
-        scale = float(np.ldexp(np.max(np.sum(V * V, axis=1)), 2 * k))
-    assert 0.0 <= got.qp.kkt_residual <= 1e-12 * scale
+    # relative to the gradient's scale, as every QPResult's: round-off, not scaled by 2^2k
+    assert 0.0 <= got.qp.kkt_residual <= 1e-12
 
 
 @pytest.mark.parametrize("total", [0.0, -1.0])
@@ -1986,3 +1986,61 @@ def test_bordered_kkt_refuses_an_overflowing_system():
     sol, nu, ok = simplex_mod._bordered_kkt(A, np.zeros(3), x, state, np.array([2, 0, 1]), 1, 1.0)
     assert not ok
     assert np.isinf(sol).all() and nu == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# every scale: the QP is solved scaled by an even power of two far from 1
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [-1070, -1040, -1022, -900, -402, 402, 900, 1016])
+def test_solve_simplex_qp_is_the_same_at_every_scale(k):
+    # (A, b) 2^k has the minimiser of (A, b). Before, A⁻¹1 overflowed for A ~ 2^-1022 and the
+    # answer was NaN (every case at k ≤ -1040), and subnormal products rounded it at 2^±1020.
+    # The reference is the given problem scaled back to 1 exactly (below 2^-1022 the scaled
+    # entries are subnormal: rounded, a slightly different problem): the same x bit for bit,
+    # the multiplier times 2^k, a round-off KKT residual.
+    rng = np.random.default_rng(abs(k))
+    for _ in range(20):
+        K = int(rng.integers(1, 9))
+        V = rng.standard_normal((K + 2, K))
+        A, b = V.T @ V + 0.1 * np.eye(K), rng.standard_normal(K)
+        Ak, bk = np.ldexp(A, k), np.ldexp(b, k)
+        Ak = (Ak + Ak.T) / 2  # exact: already symmetric
+        A1, b1 = np.ldexp(Ak, -k), np.ldexp(bk, -k)
+        for x0 in (None, solve_simplex_qp(A1, b1).x):
+            ref = solve_simplex_qp(A1, b1, x0=x0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = solve_simplex_qp(Ak, bk, x0=x0)
+            np.testing.assert_array_equal(got.x, ref.x)
+            assert got.multiplier == float(np.ldexp(ref.multiplier, k))
+            assert got.kkt_residual <= 1e-12
+
+
+@pytest.mark.parametrize("k", [-1070, -1022, -900, 900, 1016])
+def test_min_norm_weights_is_the_same_at_every_scale(k):
+    # The semidefinite path (a bordered system, LU-solved) at every scale: the same minimum as the
+    # given Gram matrix scaled back to 1 (to round-off: the bordered system mixes G with ±1, so
+    # its pivots, and the bits, may differ), finite weights in the simplex.
+    rng = np.random.default_rng(abs(k) + 1)
+    for _ in range(20):
+        m = int(rng.integers(1, 8))
+        W = rng.standard_normal((m, int(rng.integers(1, m + 1))))
+        Gk = np.ldexp(W @ W.T, k)
+        Gk = (Gk + Gk.T) / 2
+        G1 = np.ldexp(Gk, -k)
+        ref = min_norm_weights(G1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = min_norm_weights(Gk)
+        assert np.isfinite(got.x).all() and abs(got.x.sum() - 1.0) <= 4 * m * EPS
+        assert got.x @ G1 @ got.x <= ref.x @ G1 @ ref.x + 1e-12 * max(1.0, np.abs(G1).max())
+        # below 2^-1022 the entries keep a few bits: G1 may no longer be semidefinite, and the
+        # KKT residual is then that of the scale-1 solve of the same matrix
+        assert got.kkt_residual <= max(1e-12, 2 * ref.kkt_residual)
+        # ν scales with G (0 or subnormal where 2^k ν leaves float64); where the minimum is 0 it
+        # is round-off of G's scale, of either sign
+        want = float(np.ldexp(ref.multiplier, k))
+        tol = float(np.ldexp(1e-12 * max(1.0, np.abs(G1).max()), k))
+        assert got.multiplier == pytest.approx(want, rel=1e-9, abs=tol)
