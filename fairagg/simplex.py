@@ -939,6 +939,12 @@ class SingularSystemError(ValueError):
     own arguments)."""
 
 
+class NegligibleQuadraticError(ValueError):
+    """A QP whose linear term b exceeds its quadratic term A by more than float64 can resolve
+    (more than 2^960 apart): refused rather than solved to NaN (callers that build A and b
+    re-raise it naming their own arguments)."""
+
+
 def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
     x, state, nu, its, status, res = out[:6]
     if status == 3:
@@ -1084,7 +1090,9 @@ def _rescaling(m: float) -> int:
     solver's intermediate quantities leave float64: A⁻¹1 ~ 1/λ_min overflows for A ~ 1e-308
     (the answer was NaN), and products underflow to subnormals for A ~ 1e307. An even exponent
     keeps the Cholesky factor's square roots exact too, so a solve scaled by 4^j gives the
-    unscaled solve's x bit for bit.
+    unscaled solve's x bit for bit. The scale follows A, which the factorisation and the solves
+    divide by; b rides along (scaled by max(|A|, |b|) instead, a b far above A pushed A into
+    underflow, and positive definite matrices were refused as not positive definite).
     """
     if not m > 0.0 or 2.0**-_SAFE_EXPONENT < m < 2.0**_SAFE_EXPONENT:
         return 0
@@ -1101,6 +1109,9 @@ def _unscaled(res: QPResult, e: int) -> QPResult:
 
 
 _SAFE_EXPONENT = 400
+# The largest max|b| / max|A| (as a power of two) the active-set method resolves: measured, every
+# random problem up to 2^999 apart is solved, and beyond 2^1000 A⁻¹(b − c1) overflows.
+_MAX_B_OVER_A = 960
 
 
 def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
@@ -1109,10 +1120,18 @@ def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
     ``start`` float64 (K,), ``warm`` 0 (cold) or 1 (project ``start``), ``it`` ≥ 1. Callers whose
     A is symmetric by construction (AAgFF-S's) come here directly.
 
-    A and b far from 1 are solved scaled (:func:`_rescaling`); the multiplier is scaled back, and
-    no factor is kept (it would be the scaled A_FF's)."""
+    An A far from 1 is solved scaled, with b (:func:`_rescaling`); the multiplier is scaled
+    back, and no factor is kept (it would be the scaled A_FF's). A b that dominates A beyond
+    float64's range is refused (:class:`NegligibleQuadraticError`)."""
     K = bv.size
-    e = _rescaling(max(amax, _absmax(bv)))
+    bmax = _absmax(bv)
+    if amax > 0.0 and bmax > 0.0 and math.frexp(bmax)[1] - math.frexp(amax)[1] > _MAX_B_OVER_A:
+        raise NegligibleQuadraticError(
+            f"A is negligible against b in float64: max |A| = {amax:.3g}, max |b| = {bmax:.3g} "
+            f"(more than 2^{_MAX_B_OVER_A} apart, the quadratic term is below b's rounding); "
+            "scale b down or A up"
+        )
+    e = _rescaling(amax)
     if e:
         Am, bv, amax = np.ldexp(Am, e), np.ldexp(bv, e), math.ldexp(amax, e)
         factor = None
@@ -1135,7 +1154,18 @@ def a_norm_projection(
     """
     yv = as_float_array(y, "y", ndim=1, dtype=np.float64, min_size=1)
     Am, _, _ = _check_qp(A, yv)
-    return solve_simplex_qp(Am, -(Am @ yv), lower=lower, upper=upper, total=total, x0=yv)
+    with np.errstate(over="ignore", invalid="ignore"):
+        b = -(Am @ yv)
+    try:
+        if not np.isfinite(b).all():
+            raise NegligibleQuadraticError("A y overflows float64")
+        return solve_simplex_qp(Am, b, lower=lower, upper=upper, total=total, x0=yv)
+    except NegligibleQuadraticError as exc:
+        raise ValueError(
+            f"y is too large for its A-norm projection in float64: max |y| = "
+            f"{float(np.max(np.abs(yv))):.3g} against max |A| = {float(np.max(np.abs(Am))):.3g} "
+            "(A y leaves float64, or exceeds A by more than 2^960); scale y down"
+        ) from exc
 
 
 # --------------------------------------------------------------------------------------------

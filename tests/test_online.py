@@ -1688,7 +1688,7 @@ def test_quadratic_ftrl_overflowing_problem_names_alpha_and_beta():
         with pytest.raises(ValueError, match=message):
             quadratic_ftrl_round(state, g, p, alpha, beta, variant)
     # the same sums with a moderate β are solved
-    assert np.isfinite(quadratic_ftrl_step(state, 0.4, 1e-10, x0=p).x).all()
+    assert np.isfinite(quadratic_ftrl_step(state, 0.4, 1e-20, x0=p).x).all()
 
 
 def test_best_fixed_decision_iteration_limit_is_honoured_and_defaults_to_100():
@@ -1937,3 +1937,19 @@ def test_quadratic_ftrl_update_reads_a_float32_grad_in_float64():
     for a, b in zip(got[:3], want[:3], strict=True):
         assert a.dtype == np.float64
         np.testing.assert_array_equal(a, b)
+
+
+def test_quadratic_ftrl_negligible_quadratic_term_names_alpha_and_beta():
+    # α so small that A = αI + βΣggᵀ is more than 2^960 below b = Σg − βΣg⟨g, p⟩: refused
+    # naming the caller's alpha and beta (the solve overflowed to NaN on some such problems).
+    state, g, p = _ftrl_history(4, 3, seed=12)
+    message = (
+        r"^alpha = 1e-300 and beta = 0\.0 make the FTRL problem's quadratic term αI \+ βΣggᵀ "
+        r"negligible against its linear term Σg − βΣg⟨g, p⟩ in float64 \(more than 2\^960 "
+        r"apart\); make alpha larger$"
+    )
+    with pytest.raises(ValueError, match=message):
+        quadratic_ftrl_step(state, 1e-300, 0.0, x0=p)
+    with pytest.raises(ValueError, match=message):
+        quadratic_ftrl_round(state, g, p, 1e-300, 0.0)
+    assert np.isfinite(quadratic_ftrl_step(state, 1e-250, 0.0, x0=p).x).all()  # 2^830 apart

@@ -2044,3 +2044,56 @@ def test_min_norm_weights_is_the_same_at_every_scale(k):
         want = float(np.ldexp(ref.multiplier, k))
         tol = float(np.ldexp(1e-12 * max(1.0, np.abs(G1).max()), k))
         assert got.multiplier == pytest.approx(want, rel=1e-9, abs=tol)
+
+
+def _kkt_violation(A, b, x):
+    """The largest KKT violation of x for ½xᵀAx + bᵀx on the simplex, relative to the gradient's
+    scale, computed here on the problem scaled (exactly) to max 1: an independent check."""
+    e = -np.frexp(max(np.abs(A).max(), np.abs(b).max()))[1]
+    A1, b1 = np.ldexp(A, e), np.ldexp(b, e)
+    g = A1 @ x + b1
+    free = x > 0
+    nu = g[free].mean()
+    scale = np.abs(A1).max() * np.abs(x).max() + np.abs(b1).max()
+    return max(np.abs(g[free] - nu).max(), (nu - g[~free]).max(initial=0.0)) / scale
+
+
+@pytest.mark.parametrize("ka, kb", [(-1000, -200), (-600, 300), (0, 900), (-1060, -110)])
+def test_solve_simplex_qp_with_b_far_above_a(ka, kb):
+    # b up to 2^960 above A: A is scaled to 1 with b along (scaled by b's size instead, A
+    # underflowed and was refused as not positive definite; unscaled, the answer was NaN for
+    # b/A beyond about 2^600). Checked by an independent KKT test.
+    rng = np.random.default_rng(abs(ka - kb))
+    for _ in range(20):
+        K = int(rng.integers(1, 9))
+        V = rng.standard_normal((K + 2, K))
+        A = np.ldexp(V.T @ V + 0.1 * np.eye(K), ka)
+        A = (A + A.T) / 2
+        b = np.ldexp(rng.standard_normal(K), kb)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            res = solve_simplex_qp(A, b)
+        assert np.isfinite(res.x).all() and abs(res.x.sum() - 1.0) <= 4 * K * EPS
+        assert _kkt_violation(A, b, res.x) <= 1e-12
+        assert res.kkt_residual <= 1e-12
+
+
+def test_a_negligible_against_b_is_refused_naming_it():
+    # Beyond 2^960 the quadratic term is below b's rounding and the solves overflow: refused, as
+    # a ValueError naming A and b (it was a NaN answer), and by the callers naming their own
+    # arguments.
+    from fairagg.simplex import NegligibleQuadraticError
+
+    A, b = np.ldexp(np.eye(3), -700), np.array([1e90, 2e90, -3e90])
+    with pytest.raises(
+        NegligibleQuadraticError,
+        match=r"^A is negligible against b in float64: max \|A\| = 1\.9e-211, max \|b\| = 3e\+90 "
+        r"\(more than 2\^960 apart, the quadratic term is below b's rounding\); scale b down or "
+        r"A up$",
+    ):
+        solve_simplex_qp(A, b)
+    assert issubclass(NegligibleQuadraticError, ValueError)
+    with pytest.raises(ValueError, match=r"^y is too large for its A-norm projection in float64"):
+        a_norm_projection(np.array([1e300, -1e300, 0.0]), np.eye(3) * 1e-10)
+    with pytest.raises(ValueError, match=r"^y is too large for its A-norm projection in float64"):
+        a_norm_projection(np.array([1e300, -1e300, 0.0]), np.eye(3) * 1e10)  # A y overflows
