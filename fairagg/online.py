@@ -33,7 +33,7 @@ from scipy.special import ndtr
 
 from ._checks import as_float_array, as_int_array, check_choice, check_count, check_int, check_real
 from .simplex import (
-    NegligibleQuadraticError,
+    IllConditionedQPError,
     QPFactor,
     QPResult,
     SingularSystemError,
@@ -571,12 +571,12 @@ def _solve_ftrl(
         return _solve_checked(A, b, amax, *box, 1.0, start, warm, 20 * K + 100, False, factor)
     except SingularSystemError as exc:
         raise _ill_conditioned(*shown) from exc
-    except NegligibleQuadraticError as exc:
+    except IllConditionedQPError as exc:
         a, bt = shown
         raise ValueError(
-            f"alpha = {a!r} and beta = {bt!r} make the FTRL problem's quadratic term "
-            "αI + βΣggᵀ negligible against its linear term Σg − βΣg⟨g, p⟩ in float64 (more than "
-            "2^960 apart); make alpha larger"
+            f"alpha = {a!r} and beta = {bt!r} make the FTRL problem too ill-conditioned for "
+            "float64: A = αI + βΣggᵀ spans more than float64 resolves, or is negligible against "
+            "b = Σg − βΣg⟨g, p⟩; make alpha larger (or beta smaller)"
         ) from exc
 
 

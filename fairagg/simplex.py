@@ -939,10 +939,10 @@ class SingularSystemError(ValueError):
     own arguments)."""
 
 
-class NegligibleQuadraticError(ValueError):
-    """A QP whose linear term b exceeds its quadratic term A by more than float64 can resolve
-    (more than 2^960 apart): refused rather than solved to NaN (callers that build A and b
-    re-raise it naming their own arguments)."""
+class IllConditionedQPError(ValueError):
+    """A QP the active-set method could not solve in float64: the point it ended at is not finite
+    or not feasible (A's eigenvalues, or A against b, span more than float64 resolves). Refused
+    rather than returned (callers that build A and b re-raise it naming their own arguments)."""
 
 
 def _result(out: tuple, max_iter: int, name_a: str = "A") -> QPResult:
@@ -1109,9 +1109,6 @@ def _unscaled(res: QPResult, e: int) -> QPResult:
 
 
 _SAFE_EXPONENT = 400
-# The largest max|b| / max|A| (as a power of two) the active-set method resolves: measured, every
-# random problem up to 2^999 apart is solved, and beyond 2^1000 A⁻¹(b − c1) overflows.
-_MAX_B_OVER_A = 960
 
 
 def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
@@ -1120,29 +1117,44 @@ def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
     ``start`` float64 (K,), ``warm`` 0 (cold) or 1 (project ``start``), ``it`` ≥ 1. Callers whose
     A is symmetric by construction (AAgFF-S's) come here directly.
 
-    An A far from 1 is solved scaled, with b (:func:`_rescaling`); the multiplier is scaled
-    back, and no factor is kept (it would be the scaled A_FF's). A b that dominates A beyond
-    float64's range is refused (:class:`NegligibleQuadraticError`)."""
+    An A far from 1 is solved scaled, with b (:func:`_rescaling`, no further up than keeps b
+    finite); the multiplier is scaled back, and no factor is kept (it would be the scaled
+    A_FF's). A solve that ends at a non-finite or infeasible point is refused
+    (:class:`IllConditionedQPError`), never returned."""
     K = bv.size
-    bmax = _absmax(bv)
-    if amax > 0.0 and bmax > 0.0 and math.frexp(bmax)[1] - math.frexp(amax)[1] > _MAX_B_OVER_A:
-        raise NegligibleQuadraticError(
-            f"A is negligible against b in float64: max |A| = {amax:.3g}, max |b| = {bmax:.3g} "
-            f"(more than 2^{_MAX_B_OVER_A} apart, the quadratic term is below b's rounding); "
-            "scale b down or A up"
-        )
     e = _rescaling(amax)
+    bmax = _absmax(bv)
+    if e > 0 and bmax > 0.0:  # scaling up: keep b below 2^1000
+        e = min(e, 2 * ((1000 - math.frexp(bmax)[1]) // 2))
     if e:
         Am, bv, amax = np.ldexp(Am, e), np.ldexp(bv, e), math.ldexp(amax, e)
-        factor = None
+        factor = _new_factor(K)  # zeroed: the returned factor holds no stale memory
     if factor is None or factor.L.shape != (K, K):
         factor = _new_factor(K, kept=False)
     L, order, kept = factor.L, factor.order, factor.size
     out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, kept, factor.age)
     if kept >= 0 and warm == 1 and out[4] == 0 and not out[5] <= _KEPT_FACTOR_RESIDUAL:
         out = _qp(Am, bv, amax, lo, hi, s, start, warm, True, check, it, L, order, -1, 0)
-    res = _unscaled(_result(out, it), e)
+    res = _unscaled(_checked_result(_result(out, it), lo, hi, s), e)
     return res, QPFactor(L, order, -1 if e else out[6], 0 if e else out[7], factor.key)
+
+
+def _checked_result(res: QPResult, lo: np.ndarray, hi: np.ndarray, total: float) -> QPResult:
+    """``res``, or :class:`IllConditionedQPError` if its x is not finite or leaves the
+    box-simplex beyond round-off (a NaN x reported a KKT residual of 0)."""
+    x = res.x
+    if not np.isfinite(x).all():
+        what = "a point that is not finite"
+    else:
+        tol = 1e-9 * max(1.0, abs(total), float(np.max(np.abs(x))))
+        off = max(abs(float(x.sum()) - total), float(np.max(lo - x)), float(np.max(x - hi)))
+        if off <= tol:
+            return res
+        what = f"a point {off:.3g} outside the box-simplex"
+    raise IllConditionedQPError(
+        f"the QP is too ill-conditioned for float64: the active-set method ended at {what} "
+        "(A's eigenvalues, or A against b, span more than float64 resolves)"
+    )
 
 
 def a_norm_projection(
@@ -1153,19 +1165,20 @@ def a_norm_projection(
     The QP of :func:`solve_simplex_qp` with b = −Ay; A symmetric positive definite.
     """
     yv = as_float_array(y, "y", ndim=1, dtype=np.float64, min_size=1)
-    Am, _, _ = _check_qp(A, yv)
+    Am, _, amax = _check_qp(A, yv)
+    # A far from 1 is scaled before A y is formed (a subnormal A y would round the answer away):
+    # the projection does not depend on A's scale; the multiplier is scaled back.
+    e = _rescaling(amax)
+    As = np.ldexp(Am, e) if e else Am
     with np.errstate(over="ignore", invalid="ignore"):
-        b = -(Am @ yv)
-    try:
-        if not np.isfinite(b).all():
-            raise NegligibleQuadraticError("A y overflows float64")
-        return solve_simplex_qp(Am, b, lower=lower, upper=upper, total=total, x0=yv)
-    except NegligibleQuadraticError as exc:
+        b = -(As @ yv)
+    if not np.isfinite(b).all():
         raise ValueError(
-            f"y is too large for its A-norm projection in float64: max |y| = "
-            f"{float(np.max(np.abs(yv))):.3g} against max |A| = {float(np.max(np.abs(Am))):.3g} "
-            "(A y leaves float64, or exceeds A by more than 2^960); scale y down"
-        ) from exc
+            f"y is too large for its A-norm projection in float64: A y overflows (max |y| = "
+            f"{float(np.max(np.abs(yv))):.3g}); scale y down"
+        )
+    res = solve_simplex_qp(As, b, lower=lower, upper=upper, total=total, x0=yv)
+    return _unscaled(res, e)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1269,7 +1282,7 @@ def min_norm_weights(
         -1,
         0,
     )
-    return _unscaled(_result(out, it, "gram"), e)
+    return _unscaled(_checked_result(_result(out, it, "gram"), lo, hi, 1.0), e)
 
 
 def min_norm_point(

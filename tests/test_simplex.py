@@ -2078,22 +2078,44 @@ def test_solve_simplex_qp_with_b_far_above_a(ka, kb):
         assert res.kkt_residual <= 1e-12
 
 
-def test_a_negligible_against_b_is_refused_naming_it():
-    # Beyond 2^960 the quadratic term is below b's rounding and the solves overflow: refused, as
-    # a ValueError naming A and b (it was a NaN answer), and by the callers naming their own
-    # arguments.
-    from fairagg.simplex import NegligibleQuadraticError
+def test_b_far_above_a_is_solved_and_a_failed_solve_is_refused():
+    # b far above A (beyond 2^1000) is solved as far as float64 allows: A is scaled up no further
+    # than keeps b finite, and a point the active-set method ends at that is not finite or not
+    # feasible is refused (IllConditionedQPError, a ValueError), never returned. Before, the
+    # last two cases returned [0.75, 1.0, -0.75] (x1 above its bound 0.75, the sum 1) and NaN.
+    from fairagg.simplex import IllConditionedQPError
 
-    A, b = np.ldexp(np.eye(3), -700), np.array([1e90, 2e90, -3e90])
-    with pytest.raises(
-        NegligibleQuadraticError,
-        match=r"^A is negligible against b in float64: max \|A\| = 1\.9e-211, max \|b\| = 3e\+90 "
-        r"\(more than 2\^960 apart, the quadratic term is below b's rounding\); scale b down or "
-        r"A up$",
-    ):
-        solve_simplex_qp(A, b)
-    assert issubclass(NegligibleQuadraticError, ValueError)
+    cases = [
+        (np.eye(3), np.full(3, 2.0**1000), [1 / 3] * 3),
+        (np.array([[1e-200]]), np.array([1e300]), [1.0]),
+        (np.eye(2), np.array([1e300, -1e300]), [0.0, 1.0]),
+    ]
+    for A, b, want in cases:
+        np.testing.assert_allclose(solve_simplex_qp(A, b).x, want, rtol=1e-15, atol=0)
+    assert issubclass(IllConditionedQPError, ValueError)
+    lower, upper = np.array([0.0, -0.25, -0.75]), np.array([0.75, 0.75, -0.25])
+    with pytest.raises(IllConditionedQPError, match=r"^the QP is too.* 0\.25 outside"):
+        solve_simplex_qp(np.eye(3), np.array([-2e20, -1e20, 5e20]), lower=lower, upper=upper)
+    with pytest.raises(IllConditionedQPError, match=r"ended at a point that is not finite"):
+        solve_simplex_qp(np.diag([1.0, 2.0**-1030]), np.zeros(2))
+
+
+def test_a_norm_projection_does_not_depend_on_the_scale_of_a():
+    # A is scaled before A y is formed: with A subnormal, A y rounded the answer ([0.671875,
+    # 0.328125]); with A huge it was refused as "y too large". The projection is A's at scale 1
+    # (to the last bit or so: A y is formed at another power of two).
+    y = np.array([0.3, 0.1])
+    D = np.diag([3.0, 5.0])
+    want = a_norm_projection(y, D).x
+    for k in (-1070, -1040, 1013):
+        np.testing.assert_allclose(a_norm_projection(y, np.ldexp(D, k)).x, want, rtol=1e-15)
+    y2 = np.array([3000.0, 1000.0])
+    want2 = a_norm_projection(y2, D, lower=-5000.0).x
+    np.testing.assert_allclose(want2, [500.625, -499.625], rtol=1e-15)
+    got2 = a_norm_projection(y2, np.ldexp(D, 1013), lower=-5000.0).x
+    np.testing.assert_allclose(got2, want2, rtol=1e-15)
+    np.testing.assert_allclose(
+        a_norm_projection(np.array([3e297, -1e297]), np.ldexp(np.eye(2), -700)).x, [1.0, 0.0]
+    )
     with pytest.raises(ValueError, match=r"^y is too large for its A-norm projection in float64"):
-        a_norm_projection(np.array([1e300, -1e300, 0.0]), np.eye(3) * 1e-10)
-    with pytest.raises(ValueError, match=r"^y is too large for its A-norm projection in float64"):
-        a_norm_projection(np.array([1e300, -1e300, 0.0]), np.eye(3) * 1e10)  # A y overflows
+        a_norm_projection(np.array([1e308, -1e308, 0.0]), np.eye(3) * 1e10)  # A y overflows
