@@ -1124,8 +1124,8 @@ def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
     K = bv.size
     e = _rescaling(amax)
     bmax = _absmax(bv)
-    if e > 0 and bmax > 0.0:  # scaling up: keep b below 2^1000
-        e = min(e, 2 * ((1000 - math.frexp(bmax)[1]) // 2))
+    if e > 0 and bmax > 0.0:  # scaling up: keep b below 2^1000 (never scale a tiny A down)
+        e = max(0, min(e, 2 * ((1000 - math.frexp(bmax)[1]) // 2)))
     if e:
         Am, bv, amax = np.ldexp(Am, e), np.ldexp(bv, e), math.ldexp(amax, e)
         factor = _new_factor(K)  # zeroed: the returned factor holds no stale memory
@@ -1311,7 +1311,11 @@ def min_norm_point(
     # point, the squared norm and the multiplier are scaled back (±inf or 0 only where the exact
     # value leaves float64). The KKT residual is relative to the gradient's scale: it is not.
     top = float(np.max(np.abs(V)))
-    e = math.frexp(top)[1] if not 2.0**-400 < top < 2.0**400 and top > 0 else 0
+    e = (
+        math.frexp(top)[1]
+        if not 2.0**-_SAFE_EXPONENT < top < 2.0**_SAFE_EXPONENT and top > 0
+        else 0
+    )
     Vs = np.ldexp(V, -e) if e else V
     qp = min_norm_weights(Vs @ Vs.T, lower=lower, upper=upper, max_iter=max_iter)
     with np.errstate(over="ignore", under="ignore"):
