@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from . import __version__
-from .conformance import ACCEPTABLE
+from ._tolerance import DEFAULT_SOLVER_TOL
 from .metrics import fairness_summary
 from .report import REPORT_FILES
 from .rules import RULES
@@ -281,7 +281,16 @@ def _build_parser() -> _Parser:
         "--precision",
         choices=("float64", "solver", "float32"),
         default="float64",
-        help="with --compare: what your code computes in (the tolerance; default float64)",
+        help="with --compare: what your code computes in (each output's error bound in that "
+        "precision, as the golden files carry it; default float64)",
+    )
+    vec.add_argument(
+        "--solver-tol",
+        type=float,
+        default=DEFAULT_SOLVER_TOL,
+        metavar="TOL",
+        help=f"with --compare --precision solver: your solver's accuracy (default "
+        f"{DEFAULT_SOLVER_TOL:g})",
     )
 
     chk = sub.add_parser(
@@ -323,16 +332,24 @@ def _build_parser() -> _Parser:
         "--precision",
         choices=("float64", "solver", "float32"),
         default="float64",
-        help="what your code computes in, which sets the tolerance: float64 1e-9 (default), "
-        "solver 1e-6 (an iterative or conic solver's argmin), float32 1e-5",
+        help="what your code computes in: each output is compared within its error bound in "
+        "that precision (default float64); solver adds --solver-tol (an iterative or conic "
+        "solver's argmin)",
+    )
+    chk.add_argument(
+        "--solver-tol",
+        type=float,
+        default=DEFAULT_SOLVER_TOL,
+        metavar="TOL",
+        help=f"with --precision solver: your solver's accuracy (default {DEFAULT_SOLVER_TOL:g})",
     )
     chk.add_argument(
         "--accept",
         action="append",
         default=[],
-        choices=tuple(ACCEPTABLE),
-        help="a declared difference (repeatable): epsilon (another q-FFL loss offset, fitted "
-        "per case) or nan-on-zero-update (NaN where an update is all zero); such cases are "
+        metavar="NAME[=VALUE]",
+        help="a declared difference (repeatable): epsilon=VALUE (the q-FFL loss offset your "
+        "code uses) or nan-on-zero-update (NaN caused by an all-zero update); such cases are "
         "counted as accepted and the check goes on",
     )
     chk.add_argument("--rtol", type=float, default=None, help="relative tolerance (overrides)")
@@ -340,7 +357,15 @@ def _build_parser() -> _Parser:
     chk.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each reply (default 60)"
     )
-    chk.add_argument("--random", action="store_true", help="new generated examples on every run")
+    chk.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the generated examples (default 0; the report prints it)",
+    )
+    chk.add_argument(
+        "--random", action="store_true", help="a new seed on every run (printed in the report)"
+    )
     chk.add_argument(
         "--keep-going",
         action="store_true",
@@ -998,7 +1023,11 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
             raise ValueError("--compare and --check are two different checks: give one")
         from .conformance import compare_results
 
-        report = compare_results(args.compare, args.out, precision=args.precision)
+        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+        report = compare_results(
+            args.compare, args.out, precision=args.precision, solver_tol=args.solver_tol
+        )
         print(report)
         return 1 if report.failed else 0
 
@@ -1052,6 +1081,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     conformance.describe(args.target)  # an unknown target, before the worker starts
     if args.generated < 0:
         raise ValueError(f"--generated must be >= 0; got {args.generated}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0; got {args.seed}")
+    if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+        raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
     golden: bool | list[str]
     if args.golden == "all":
         golden = True
@@ -1073,10 +1106,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 hypothesis=args.generated > 0,
                 max_examples=max(args.generated, 1),
                 round_base=args.round_base,
-                derandomize=not args.random,
+                seed=None if args.random else args.seed,
                 raise_on_mismatch=False,
                 keep_going=args.keep_going,
                 precision=args.precision,
+                solver_tol=args.solver_tol,
                 accept=args.accept,
                 **tol,
             )

@@ -59,6 +59,14 @@ import numpy as np
 
 from . import RULES, make_reports, make_rule
 from ._checks import check_choice, check_int
+from ._tolerance import (
+    DEFAULT_SOLVER_TOL,
+    PERTURBATION,
+    RUNS,
+    SAFETY,
+    UNIT_ROUNDOFF,
+    error_bound,
+)
 
 __all__ = [
     "FORMULAS",
@@ -77,23 +85,43 @@ __all__ = [
 SCHEMA_VERSION = 1
 #: Arrays with more entries than this go to ``.npy`` files.
 INLINE_MAX = 64
-#: Relative tolerance of fairagg against its own golden outputs (``fairagg vectors --check``:
-#: closed forms and exact QP solves on another machine; the absolute part is this times the
-#: output's scale). Not the tolerance for another implementation: see :data:`PRECISIONS`.
+#: Relative tolerance of fairagg against its own golden outputs on another machine
+#: (``fairagg vectors --check``: closed forms and exact QP solves, BLAS and SIMD exp/log that
+#: round otherwise; the absolute part is this times the output's scale), where it is wider
+#: than the file's error bound. Not the tolerance for another implementation: that is the
+#: file's ``tolerance`` entry, each output's error bound (see :data:`PRECISIONS`).
 REL = 1e-12
-#: The one tolerance definition for another implementation compared with fairagg (the
-#: conformance harness, ``fairagg check``, and anyone reading the golden files), by what it
-#: computes in: |got − want| ≤ atol·max(1, max|want|) + rtol·|want| entrywise, integers and
-#: booleans exactly. ``"float64"``: room for another summation order or a QP solver's last
-#: digits, far below any difference of formula; ``"solver"``: an argmin from an iterative or
-#: conic solver at its default accuracy (cvxpy's); ``"float32"``: single precision (eps ≈ 1.2e-7,
-#: times the sums of tens of terms and the divisions of a step).
+#: How each output's tolerance is set (:mod:`fairagg._tolerance`): an error bound in the
+#: precision an implementation computes in, from fairagg's own outputs on inputs perturbed by
+#: ``perturbation`` units of round-off (relative), ``runs`` times: ``atol`` is ``safety`` times
+#: the largest move of the output, ``rtol`` ``safety`` · ``perturbation`` · u; ``"solver"``
+#: adds a solver's accuracy (default ``solver_tol``). The golden files carry the float64 bound
+#: as ``rtol``/``atol`` and the float32 one under ``float32``; ``fairagg check``,
+#: ``fairagg vectors --compare`` and :func:`fairagg.conformance.compare_results` use them.
 PRECISIONS: dict[str, dict[str, float]] = {
-    "float64": {"rtol": 1e-9, "atol": 1e-9},
-    "solver": {"rtol": 1e-6, "atol": 1e-6},
-    "float32": {"rtol": 1e-5, "atol": 1e-5},
+    "float64": {"unit_roundoff": UNIT_ROUNDOFF["float64"]},
+    "float32": {"unit_roundoff": UNIT_ROUNDOFF["float32"]},
+    "solver": {"unit_roundoff": UNIT_ROUNDOFF["solver"], "solver_tol": DEFAULT_SOLVER_TOL},
 }
+BOUND: dict[str, float] = {"perturbation": PERTURBATION, "safety": SAFETY, "runs": RUNS}
 DEFAULT_SEED = 20261121
+#: Losses near 0, where another q-FFL loss offset ε changes F̃_k by orders of magnitude.
+NEAR_ZERO_LOSSES = np.array([1e-9, 3e-8, 1e-6, 2e-5])
+#: Three updates in R² that sum to 0 (FedFV's ḡ cancels).
+CANCELLING = np.array([[0.5, 0.0], [-0.25, 0.5], [-0.25, -0.5]])
+#: Losses of K = 4 clients over 7 rounds under which AFL's λ, at the published step 0.01,
+#: reaches a face of the simplex where the public q-FFL code's projection differs (round 6).
+AFL_CLIPPING_LOSSES = np.array(
+    [
+        [0.5, 2.2, 24.5, 14.3],
+        [0.2, 0.8, 1.0, 0.6],
+        [0.3, 4.7, 0.7, 0.2],
+        [0.6, 15.1, 1.0, 0.1],
+        [12.5, 18.6, 4.4, 9.7],
+        [0.1, 0.7, 0.1, 9.9],
+        [0.9, 0.5, 22.8, 19.1],
+    ]
+)
 
 Json = dict[str, Any]
 CaseInputs = tuple[str, dict[str, Any], dict[str, Any]]  # description, inputs, params
@@ -191,22 +219,26 @@ def _outputs(result: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
-def _tolerance(value: Any, rel: float) -> Json:
-    a = np.asarray(value)
-    if a.dtype.kind in "biu":
-        return {"exact": True}
-    scale = float(np.max(np.abs(a))) if a.size else 0.0
-    return {"rtol": rel, "atol": rel * max(scale, 1.0)}
+def _self_tol(tol: Json, want: Any, rel: float = REL) -> tuple[float, float]:
+    """(rtol, atol) of fairagg against its own stored output on another machine: the file's
+    bound, or ``rel`` (:data:`REL`, or a formula's own) where that is wider."""
+    w = np.asarray(want, dtype=np.float64)
+    fin = w[np.isfinite(w)] if w.size else w
+    scale = max(1.0, float(np.max(np.abs(fin), initial=0.0)) if fin.size else 1.0)
+    return max(float(tol["rtol"]), rel), max(float(tol["atol"]), rel * scale)
 
 
-def _close(got: Any, want: Any, tol: Json) -> bool:
+def _close(got: Any, want: Any, tol: Json, rel: float = REL) -> bool:
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape:
         return False
     if tol.get("exact"):
         return bool(np.array_equal(g, w))
     g, w = g.astype(np.float64), w.astype(np.float64)
-    return bool(np.all(np.abs(g - w) <= tol["atol"] + tol["rtol"] * np.abs(w)))
+    rtol, atol = _self_tol(tol, w, rel)
+    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(same | (np.abs(g - w) <= atol + rtol * np.abs(w))))
 
 
 # ---------------------------------------------------------------------------------- formulas
@@ -227,7 +259,9 @@ class Formula:
     cases : callable
         ``cases(rng)`` → {case name: (description, inputs, params)}.
     rel : float
-        Relative tolerance of the outputs.
+        Relative tolerance of fairagg's own outputs on another machine (``fairagg vectors
+        --check``) where it is wider than an output's error bound: 1e-10 for the iterative
+        and exact QP solves, :data:`REL` elsewhere.
     exclude : tuple of str
         Outputs not compared (iteration counts, solver diagnostics).
     """
@@ -308,6 +342,8 @@ def _q_cases(rng: np.random.Generator, gradients: bool) -> dict[str, CaseInputs]
         "zero_updates": case({**s, "deltas": np.zeros((4, 6))}, 1.0, "every update 0"),
         "single_client": case({k: v[:1] if k != "params" else v for k, v in s.items()}, 1.0, "one"),
         "extreme_losses": case({**s, "losses": _extreme(4)}, 3.0, "losses from 1e-6 to 1e3"),
+        # where another loss offset shows (FLGo adds 1e-8 where SPEC §2 has 1e-10)
+        "near_zero_losses": case({**s, "losses": NEAR_ZERO_LOSSES}, 1.0, "losses from 1e-9"),
     }
 
 
@@ -323,6 +359,16 @@ def _fedfv_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
         "ties": ("equal losses (ties broken by index)", {"deltas": D, "losses": np.full(6, 1.0)}),
         "zero_updates": ("every δ_k = 0", {"deltas": np.zeros((4, 5)), "losses": _losses(rng, 4)}),
         "single_client": ("one client", {"deltas": D[:1], "losses": np.array([0.5])}),
+        # exactly antiparallel and cancelling updates: ḡ is 0 (SPEC §7), not round-off
+        # rescaled to full length
+        "antiparallel_1d": (
+            "two antiparallel updates in one coordinate",
+            {"deltas": np.array([[0.3], [-0.6]]), "losses": np.array([0.5, 0.9])},
+        ),
+        "cancelling": (
+            "three updates that sum to 0",
+            {"deltas": CANCELLING, "losses": np.array([0.4, 0.7, 1.1])},
+        ),
     }
     return {k: (what, inputs, {"alpha": 0.0}) for k, (what, inputs) in out.items()}
 
@@ -342,6 +388,8 @@ def _mgda_cases(rng: np.random.Generator) -> dict[str, CaseInputs]:
         "epsilon_zero": case(D, n, 0.0, "ε = 0: FedAvg on normalised updates"),
         "zero_update": case(Z, n, 0.5, "one δ_k = 0: the min-norm point is 0"),
         "single_client": case(D[:1], n[:1], 0.1, "one client"),
+        # where ‖δ_k‖ + c shows (FLGo's FedMGDA+ normalises by ‖δ_k‖ + 1e-8)
+        "tiny_updates": case(D * 1e-7, n, 0.1, "updates of length about 1e-7"),
     }
 
 
@@ -513,6 +561,18 @@ def _afl_case(rng: np.random.Generator, kind: str) -> CaseInputs:
     return f"K = {K}, d = {d}", inputs, {"lr": 0.1, "lambda_lr": 0.05}
 
 
+def _afl_clipping_case(rng: np.random.Generator) -> CaseInputs:
+    """λ + γ_λ F leaving the simplex's face at the published step 0.01: where the public q-FFL
+    code's off-by-one projection differs (SPEC §3)."""
+    inputs = {
+        "params": rng.standard_normal(7),
+        "grads": rng.standard_normal((5, 7)),
+        "losses": np.array([1.65, 0.87, 0.43, 2.85, 1.88]),
+        "mixture": np.array([0.766, 0.005, 0.004, 0.028, 0.197]),
+    }
+    return "K = 5, λ near a face, λ step 0.01", inputs, {"lr": 0.1, "lambda_lr": 0.01}
+
+
 def _term_official_case(rng: np.random.Generator, kind: str) -> CaseInputs:
     K = _size(kind)
     losses = np.full(K, 0.6) if kind == "ties" else _losses(rng, K)
@@ -640,7 +700,7 @@ FORMULAS: dict[str, Formula] = {
             _mod("rules.afl.afl_step"),
             "AFL: θ − γ_w Σλ_k g_k and λ ← Π_Δ(λ + γ_λ F) (SPEC §3)",
             ("params", "grads", "losses", "mixture"),
-            lambda rng: _simple_cases(rng, _afl_case),
+            lambda rng: {**_simple_cases(rng, _afl_case), "clipping": _afl_clipping_case(rng)},
         ),
         Formula(
             "propfair_scale",
@@ -903,7 +963,65 @@ def _rule_cases(name: str, rng: np.random.Generator) -> dict[str, tuple[str, dic
             label = ", ".join(f"{k} = {v}" for k, v in hyper.items())
             inputs = {"params0": theta, "num_clients": K, "rounds": rounds}
             cases[f"{kind}_{shape}"] = (f"{what}, with {label}", inputs, hyper)
+    # inputs where a known outside difference shows at the default tolerance (drawn last, so
+    # the cases above keep their inputs)
+    for kind, (what, K, m, d, T, shape_of) in _RULE_SPECIAL.get(name, {}).items():
+        theta, rounds = _rule_rounds(rng, spec, K, m, d, T, "small")
+        for t, r in enumerate(rounds):
+            shape_of(r, t, rng)
+        cases[kind] = (what, {"params0": theta, "num_clients": K, "rounds": rounds}, {})
     return cases
+
+
+def _near_zero_losses(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    r["losses"] = NEAR_ZERO_LOSSES[: r["losses"].size] * (1 + t)
+
+
+def _afl_clipping(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    r["losses"] = AFL_CLIPPING_LOSSES[t].copy()
+
+
+def _antiparallel(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    key = "deltas" if "deltas" in r else "gradients"
+    r[key] = np.array([[0.3], [-0.6]]) * (1 + 0.5 * t)
+
+
+def _cancelling(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    r["deltas"] = CANCELLING * (1 + 0.5 * t)
+
+
+def _tiny(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    r["deltas"] = r["deltas"] * 1e-6
+
+
+def _unequal_sizes(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
+    r["num_samples"] = np.array([5, 400, 40])[: r["num_samples"].size]
+
+
+#: Rule cases built to show a known outside difference at the default tolerance: (what, K,
+#: m, d, rounds, how each round is set).
+_RULE_SPECIAL: dict[str, dict[str, tuple]] = {
+    "qfedavg": {"near_zero_losses": ("losses from 1e-9 (another ε shows)", 6, 4, 5, 3,
+                                     _near_zero_losses)},
+    "qfedsgd": {"near_zero_losses": ("losses from 1e-9 (another ε shows)", 6, 4, 5, 3,
+                                     _near_zero_losses)},
+    "afl": {"clipping_at_default_step": (
+        "seven rounds at the published λ step 0.01, λ reaching a face of the simplex", 4, 4,
+        6, 7, _afl_clipping)},
+    "fedfv": {
+        "antiparallel": ("two antiparallel updates in one coordinate, every round", 2, 2, 1, 3,
+                         _antiparallel),
+        "cancelling": ("three updates that sum to 0, every round", 3, 3, 2, 3, _cancelling),
+    },
+    "fedmgda": {"tiny_updates": ("updates of length about 1e-6 (‖δ‖ + c shows)", 5, 3, 6, 3,
+                                 _tiny)},
+    "fedavg": {"partial_unequal_sizes": ("3 of 8 clients with 5, 400 and 40 samples", 8, 3, 5,
+                                         3, _unequal_sizes)},
+    "propfair": {"partial_unequal_sizes": ("3 of 8 clients with 5, 400 and 40 samples", 8, 3,
+                                           5, 3, _unequal_sizes)},
+    "term": {"partial_unequal_sizes": ("3 of 8 clients with 5, 400 and 40 samples", 8, 3, 5,
+                                       3, _unequal_sizes)},
+}  # fmt: skip
 
 
 def _run_rule(name: str, hyper: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
@@ -977,23 +1095,32 @@ def _mark_non_unique(name: str, tol: Json) -> Json:
     return tol
 
 
+def tolerances(kind: str, name: str, inputs: dict, params: dict, want: Json) -> Json:
+    """Each output's tolerance entry: its float64 error bound (``rtol``, ``atol``), its
+    float32 one (``float32``), and, for an argmin that need not be unique, ``argmin``
+    (:mod:`fairagg._tolerance`; the same bounds :func:`fairagg.conformance.check` computes)."""
+    argmins = set(NON_UNIQUE.get(name, {}))
+
+    def compute(i: Json, p: Json) -> Json:
+        return _compute(kind, name, i, p)
+
+    b64 = error_bound(compute, inputs, params, want, "float64", argmins=argmins)
+    b32 = error_bound(compute, inputs, params, want, "float32", argmins=argmins)
+    tol: Json = {}
+    for k, t in b64.items():
+        tol[k] = t.as_json()
+        if not t.exact:
+            tol[k]["float32"] = b32[k].as_json()
+    return _mark_non_unique(name, tol)
+
+
 def _expected(kind: str, name: str, inputs: dict, params: dict) -> tuple[Json, Json]:
     """(expected, tolerance) of a case; an error the library raises is the expected result."""
     try:
         out = _compute(kind, name, inputs, params)
     except (ValueError, TypeError) as exc:
         return {"error": {"type": type(exc).__name__, "message": str(exc)}}, {}
-    rel = _rule_rel(name) if kind == "rule" else FORMULAS[name].rel
-    if kind == "rule":
-        tol: Json = {}
-        for r in out["rounds"]:
-            for k, v in r.items():
-                t = _tolerance(v, rel)
-                if "atol" in t and k in tol and "atol" in tol[k]:
-                    t["atol"] = max(t["atol"], tol[k]["atol"])
-                tol[k] = t
-        return out, _mark_non_unique(name, tol)
-    return out, _mark_non_unique(name, {k: _tolerance(v, rel) for k, v in out.items()})
+    return out, tolerances(kind, name, inputs, params, out)
 
 
 def resolved_params(kind: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -1185,7 +1312,7 @@ class CaseCheck(NamedTuple):
     tolerance_used: float
 
 
-def _distance(got: Any, want: Any, tol: Json) -> tuple[float, float]:
+def _distance(got: Any, want: Any, tol: Json, rel: float = REL) -> tuple[float, float]:
     """(ulps, fraction of the tolerance) of one output; see :class:`CaseCheck`."""
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape:
@@ -1200,15 +1327,17 @@ def _distance(got: Any, want: Any, tol: Json) -> tuple[float, float]:
     if not np.all(np.isfinite(diff)):
         same = bool(np.array_equal(g, w, equal_nan=True))
         return (0.0, 0.0) if same else (math.inf, math.inf)
-    # The scale the tolerance measures the output by (atol = rtol · max(max |want|, 1)).
-    scale = tol["atol"] / tol["rtol"] if tol["rtol"] > 0 else float(np.max(np.abs(w)))
+    rtol, atol = _self_tol(tol, w, rel)
+    scale = max(1.0, float(np.max(np.abs(w))))
     top = float(np.max(diff))
     ulps = top / float(np.spacing(max(scale, np.finfo(np.float64).tiny)))
-    used = float(np.max(diff / (tol["atol"] + tol["rtol"] * np.abs(w))))
+    used = float(np.max(diff / (atol + rtol * np.abs(w))))
     return ulps, used
 
 
-def _compare(got: Any, want: Any, tol: Json, where: str) -> tuple[list[str], float, float]:
+def _compare(
+    got: Any, want: Any, tol: Json, where: str, rel: float = REL
+) -> tuple[list[str], float, float]:
     """(failing comparisons, largest ulps, largest fraction of the tolerance)."""
     if isinstance(want, dict) and "rounds" in want:
         if len(got["rounds"]) != len(want["rounds"]):
@@ -1216,7 +1345,7 @@ def _compare(got: Any, want: Any, tol: Json, where: str) -> tuple[list[str], flo
             return [f"{where}: {n} rounds, expected {n_want}"], math.inf, math.inf
         fails, ulps, used = [], 0.0, 0.0
         for t, (g, w) in enumerate(zip(got["rounds"], want["rounds"], strict=True)):
-            f, u, x = _compare(g, w, tol, f"{where} round {t}")
+            f, u, x = _compare(g, w, tol, f"{where} round {t}", rel)
             fails, ulps, used = fails + f, max(ulps, u), max(used, x)
         return fails, ulps, used
     fails, ulps, used = [], 0.0, 0.0
@@ -1225,9 +1354,9 @@ def _compare(got: Any, want: Any, tol: Json, where: str) -> tuple[list[str], flo
             fails.append(f"{where}: output {k!r} missing")
             ulps = used = math.inf
             continue
-        u, x = _distance(got[k], w, tol[k])
+        u, x = _distance(got[k], w, tol[k], rel)
         ulps, used = max(ulps, u), max(used, x)
-        if not _close(got[k], w, tol[k]):
+        if not _close(got[k], w, tol[k], rel):
             g = np.asarray(got[k], dtype=np.float64)
             err = np.max(np.abs(g - np.asarray(w, dtype=np.float64))) if g.shape else 0.0
             fails.append(f"{where}: {k} differs (max |Δ| = {err:.3g}, tolerance {tol[k]})")
@@ -1281,7 +1410,8 @@ def compare_vectors(root: Path | str) -> list[CaseCheck]:
             fail = f"{where}: expected {want['error']['type']}, computed a result"
             checks.append(CaseCheck(where, [fail], math.inf, math.inf))
             continue
-        fails, ulps, used = _compare(got, want, case["tolerance"], where)
+        rel = _rule_rel(case["name"]) if case["kind"] == "rule" else FORMULAS[case["name"]].rel
+        fails, ulps, used = _compare(got, want, case["tolerance"], where, rel)
         checks.append(CaseCheck(where, fails, ulps, used))
     return checks
 
@@ -1310,17 +1440,24 @@ SCHEMA: Json = {
     "description": (
         "One case of a rule (several rounds, state carried) or a formula function: inputs, "
         "parameters, the outputs fairagg computes in float64 (or the error it raises), and "
-        "the tolerance of fairagg against its own outputs (regeneration on another machine): "
-        "|got - want| <= atol + rtol*|want| entrywise, or exact equality. Another "
-        "implementation is compared with the tolerance of its precision (see precisions)."
+        "the tolerance of each output: |got - want| <= atol + rtol*|want| entrywise with the "
+        "output's float64 error bound (rtol, atol; its float32 bound under float32), or exact "
+        "equality (see precisions and bound)."
     ),
     "precisions": {
         name: {
-            **tol,
-            "rule": "|got - want| <= atol*max(1, max|want|) + rtol*|want| entrywise; "
-            "integers and booleans exactly",
+            **p,
+            "rule": "|got - want| <= atol + rtol*|want| entrywise with the output's tolerance "
+            "entry (float32: its float32 entry; solver: the float64 entry plus solver_tol, "
+            "relative and absolute times max(1, max|want|)); integers and booleans exactly",
         }
-        for name, tol in PRECISIONS.items()
+        for name, p in PRECISIONS.items()
+    },
+    "bound": {
+        **BOUND,
+        "rule": "each output's error bound: fairagg's outputs on the inputs perturbed by up to "
+        "perturbation*u relative (u the unit round-off), runs times; atol = safety * the "
+        "largest move of the output, rtol = safety * perturbation * u",
     },
     "type": "object",
     "required": [
@@ -1363,6 +1500,11 @@ SCHEMA: Json = {
                         "properties": {
                             "rtol": {"type": "number"},
                             "atol": {"type": "number"},
+                            "float32": {
+                                "type": "object",
+                                "required": ["rtol", "atol"],
+                                "description": "the output's float32 error bound",
+                            },
                             "argmin": {"type": "string"},
                         },
                     },

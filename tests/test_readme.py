@@ -90,7 +90,11 @@ def test_the_conformance_example_fails_as_the_readme_shows():
     exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
     with pytest.raises(ConformanceError) as err:
         namespace["test_my_qfedavg"]()
-    assert str(err.value) == shown
+
+    def numbers_of_the_bound(text: str) -> str:  # the bound's last digits follow the CPU's maths
+        return re.sub(r"\(tolerance [^)]*\)", "(tolerance ...)", text)
+
+    assert numbers_of_the_bound(str(err.value)) == numbers_of_the_bound(shown)
     fixed = code.replace("np.linalg.norm(dw, axis=1)", "np.sum(dw * dw, axis=1)")
     exec(compile(fixed, str(README), "exec"), namespace)  # noqa: S102
     namespace["test_my_qfedavg"]()  # passes once the norm is squared

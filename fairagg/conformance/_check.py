@@ -1,0 +1,424 @@
+"""``check``: run every case, then diagnose the first difference from all of them."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import make_rule
+from .._tolerance import DEFAULT_SOLVER_TOL, check_precision
+from .._worker import Worker
+from ..vectors import case_inputs
+from ._adapter import Adapter
+from ._checker import NUDGES, Checker, Outcome, nudged
+from ._common import GOLDEN, Case, Json, Outside, UsageError, default_params, kind_of
+from ._compare import DIFF_FIELDS, all_finite
+from ._diagnosis import Diagnoser, Diagnosis
+from ._generate import drawn, generated_case
+from ._report import ConformanceError, ConformanceReport, Mismatch
+
+#: The declared differences :func:`check` accepts (``accept=``): a case that differs only so
+#: is counted in ``ConformanceReport.accepted`` and the check goes on.
+ACCEPTABLE = {
+    "epsilon": "epsilon=VALUE: another loss offset ε in q-FFL's F̃_k = F_k + ε (e.g. "
+    "epsilon=1e-8 where fairagg has 1e-10): a case is accepted where fairagg with ε = VALUE "
+    "agrees with yours on every round of the case; another ε still differs",
+    "nan-on-zero-update": "NaN in your outputs in a round where some client's update is all "
+    "zero (0/0 in a normalisation, as FLGo's FedFV divides by ‖δ_k‖): a case is accepted "
+    "where the NaN is that update's, i.e. where your code agrees with fairagg once each "
+    "all-zero update is made non-zero",
+}
+#: Targets whose ``epsilon`` is q-FFL's loss offset F̃_k = F_k + ε (SPEC §2).
+LOSS_OFFSET = ("qfedavg", "qfedsgd", "qfedavg_step", "qfedsgd_step")
+#: Draws per generated example asked for, at most, before giving up on inputs fairagg takes.
+_DRAWS_PER_EXAMPLE = 20
+
+
+def _golden_cases(target: str, names: Iterable[str] | None) -> list[Case]:
+    kind = kind_of(target)
+    cases = case_inputs(kind, target)
+    if names is not None:
+        wanted = list(names)
+        unknown = sorted(set(wanted) - set(cases))
+        if unknown:
+            raise ValueError(
+                f"golden: {target!r} has no case {', '.join(map(repr, unknown))}; it has "
+                f"{', '.join(cases)}"
+            )
+        cases = {k: cases[k] for k in wanted}
+    return [
+        Case(GOLDEN, f"golden case {kind}s/{target}/{name}", inputs, params)
+        for name, (_, inputs, params) in cases.items()
+    ]
+
+
+def _user_tolerance(rtol: Any, atol: Any) -> tuple[float, float] | None:
+    """(rtol, atol) where the user gives either (the other 0), else None."""
+    if rtol is None and atol is None:
+        return None
+    out = []
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            out.append(0.0)
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < math.inf
+        ):
+            raise ValueError(f"{name} must be a finite non-negative number; got {value!r}")
+        out.append(float(value))
+    return out[0], out[1]
+
+
+def parse_accept(accept: Any, target: str, fixed: Json) -> dict[str, Any]:
+    """``accept`` as {name: value}: ``"nan-on-zero-update"`` and ``"epsilon=VALUE"`` (or a
+    mapping ``{"epsilon": VALUE}``)."""
+    if isinstance(accept, str) or not isinstance(accept, (Iterable, Mapping)):
+        raise TypeError(
+            "accept must be an iterable of declared differences, e.g. ['epsilon=1e-8'] or "
+            f"['nan-on-zero-update']; got {type(accept).__name__}"
+        )
+    items = list(accept.items()) if isinstance(accept, Mapping) else []
+    if not isinstance(accept, Mapping):
+        for entry in accept:
+            if not isinstance(entry, str):
+                raise TypeError(f"accept: each entry must be a str; got {type(entry).__name__}")
+            name, _, value = entry.partition("=")
+            items.append((name.strip(), value.strip() if _ else None))
+    out: dict[str, Any] = {}
+    for name, value in items:
+        if name not in ACCEPTABLE:
+            raise ValueError(f"accept: unknown difference {name!r}; known: {', '.join(ACCEPTABLE)}")
+        if name == "epsilon":
+            if target not in LOSS_OFFSET:
+                raise ValueError(
+                    f"accept: 'epsilon' is q-FFL's loss offset, which {target!r} does not have "
+                    f"(targets with it: {', '.join(LOSS_OFFSET)})"
+                )
+            if "epsilon" in fixed:
+                raise ValueError(
+                    "accept: 'epsilon' declares another ε for the cases that differ; it cannot "
+                    "go with params['epsilon'], which checks every case at that ε"
+                )
+            if value is None or value == "":
+                raise ValueError(
+                    "accept: 'epsilon' needs the value your code uses, epsilon=VALUE (e.g. "
+                    "epsilon=1e-8): a check without it reports the ε that fits yours"
+                )
+            try:
+                eps = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"accept: epsilon must be a number; got {value!r}") from None
+            if not (0.0 <= eps < math.inf):
+                raise ValueError(f"accept: epsilon must be finite and >= 0; got {value!r}")
+            out["epsilon"] = eps
+        else:
+            if value not in (None, ""):
+                raise ValueError(f"accept: {name!r} takes no value; got {value!r}")
+            out[name] = True
+    return out
+
+
+def _degenerate(src: Json) -> list[str]:
+    """Which kinds of degenerate input ``src`` (a formula's inputs or a round) holds."""
+    out = []
+    for key in ("deltas", "grads", "gradients"):
+        U = src.get(key)
+        if U is not None:
+            U = np.asarray(U, dtype=np.float64)
+            if U.ndim == 2 and U.shape[1] and np.any(np.all(U == 0, axis=1)):
+                out.append("updates")
+                break
+    for key in ("accuracies", "losses"):
+        a = src.get(key)
+        if a is not None and np.any(np.asarray(a, dtype=np.float64) == 0):
+            out.append(key)
+    return out
+
+
+def _facts(checker: Checker, o: Outcome) -> tuple[str, ...]:
+    """Where no cause was identified and your output is not finite: which degenerate input
+    of the case the NaN or infinity comes from, each found by rerunning your code on the
+    case with that input made ordinary (:data:`NUDGES`) and seeing your output finite."""
+    if o.diff is None or not o.yours:
+        return ()
+    t = o.diff.round or 0
+    if t >= len(o.yours) or all_finite(o.yours[t]):
+        return ()
+    src = o.case.inputs["rounds"][t] if "rounds" in o.case.inputs else o.case.inputs
+    where = f" in round {t}" if o.diff.round is not None else ""
+    facts = []
+    for what in _degenerate(src):
+        try:
+            again = checker.run(nudged(o.case, what))
+        except (UsageError, Outside):
+            continue
+        if t < len(again.yours) and all_finite(again.yours[t]):
+            facts.append(
+                f"your output{where} is finite on the same case with {NUDGES[what]}: the "
+                "non-finite value comes from that input"
+            )
+    return tuple(facts)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+        if x.dtype.kind in "fc" or y.dtype.kind in "fc":
+            return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=True))
+        return x.shape == y.shape and bool(np.array_equal(x, y))
+    except (TypeError, ValueError):
+        return a is b
+
+
+def _same_again(checker: Checker, o: Outcome) -> None:
+    """Your code gives the same outputs on the same case again, or a usage error: a
+    diagnosis of outputs that change from call to call would be of nothing."""
+    again = checker.run(o.case)
+    if len(again.yours) != len(o.yours) or not all(
+        set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+        for a, b in zip(again.yours, o.yours, strict=True)
+    ):
+        raise UsageError(
+            ValueError(
+                f"your function gave different results on the same input ({o.case.label}): "
+                "does it keep state between calls? For a rule, use Adapter(stateful=True) "
+                "with a factory (a worker's rule class is built anew for each case)"
+            )
+        )
+
+
+def _mismatch(target: str, d: Diagnosis, checker: Checker) -> Mismatch:
+    o = d.shown
+    assert o.diff is not None
+    shared = {f: getattr(o.diff, f) for f in DIFF_FIELDS}
+    label = o.case.label + (", shrunk" if o.case.shrunk else "")
+    return Mismatch(
+        target, o.case.source, label, **shared, diagnosis=d.text(),
+        inputs=o.case.inputs, params=o.params or {}, causes=tuple(d.causes),
+        facts=() if d.causes else _facts(checker, o),
+    )  # fmt: skip
+
+
+def check(
+    fn: Callable[..., Any] | Worker,
+    target: str,
+    *,
+    adapter: Adapter | None = None,
+    params: Mapping[str, Any] | None = None,
+    round_base: int = 0,
+    domain: Callable[[Json, Json], Any] | None = None,
+    accept: Iterable[str] | Mapping[str, Any] = (),
+    golden: bool | Iterable[str] = True,
+    hypothesis: bool = True,
+    max_examples: int = 100,
+    rtol: float | None = None,
+    atol: float | None = None,
+    precision: str = "float64",
+    solver_tol: float = DEFAULT_SOLVER_TOL,
+    seed: int | None = 0,
+    derandomize: bool = True,
+    raise_on_mismatch: bool = True,
+    keep_going: bool = False,
+) -> ConformanceReport:
+    """Check ``fn`` against fairagg's ``target`` on golden and generated inputs.
+
+    Every case runs in every mode; the verdict, the counts and the diagnosis depend only on
+    the cases (``golden``, ``hypothesis``, ``max_examples``, ``seed``), never on
+    ``keep_going`` or on whether the check runs here or through ``fairagg check``.
+
+    Parameters
+    ----------
+    fn : callable or Worker
+        Your implementation (see the module docstring for how it is called), or a
+        :class:`Worker` running it in another process (``fairagg check --cmd``).
+    target : str
+        A registered rule or formula name (:func:`targets`).
+    adapter : Adapter, optional
+        Argument names, fixed arguments, output names, a custom call, or a stateful rule.
+    params : mapping, optional
+        Parameters fixed for every case (e.g. ``{"q": 2.0}``, or a rule's ``{"variant":
+        "official"}``): generated examples and golden cases run with them, except the golden
+        cases that set another value themselves, which are skipped.
+    round_base : int
+        Your code's number for fairagg's round 0: a rule's ``round_index`` reaches your function
+        as ``t + round_base`` (1 for code that counts rounds from 1, as FLGo does).
+    domain : callable, optional
+        ``domain(inputs, params)``: False for a case outside your implementation's domain by
+        design (e.g. ``lambda i, p: (i["losses"] > 0).all()``); such cases are counted in
+        ``ConformanceReport.outside``, not compared. Your function can also raise :class:`Skip`.
+    accept : iterable of str, or mapping
+        Declared differences (:data:`ACCEPTABLE`): ``"epsilon=VALUE"`` (another q-FFL loss
+        offset, the one your code uses) and ``"nan-on-zero-update"`` (NaN caused by an
+        all-zero update): a case that differs only so is counted in
+        ``ConformanceReport.accepted`` and the check goes on, so one documented upstream
+        deviation does not hide the rest.
+    golden : bool or iterable of str
+        Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
+    hypothesis : bool
+        Check generated examples (fairagg's own seeded generator; the name is kept from
+        earlier versions, which drew them with hypothesis).
+    max_examples : int
+        Generated examples to compare.
+    rtol, atol : float, optional
+        A blanket tolerance for every output, |got − want| ≤ atol·max(1, max|want|) +
+        rtol·|want|, in place of each output's error bound at ``precision``.
+    precision : {"float64", "solver", "float32"}
+        What your code computes in: each output is compared within its error bound in that
+        precision (:mod:`fairagg._tolerance`); ``"solver"`` adds ``solver_tol``.
+    solver_tol : float
+        The accuracy of your solver's argmins with ``precision="solver"`` (default 1e-6).
+    seed : int or None
+        Seed of the generated examples (example i is the same for a seed whatever else the
+        check does); None draws one, printed in the report.
+    derandomize : bool
+        False: a new seed on every run (as ``seed=None``).
+    raise_on_mismatch : bool
+        Raise :class:`ConformanceError` on a difference (default); else return it in the report.
+    keep_going : bool
+        Also keep a :class:`Row` for every quantity compared (``report.rows``; ``str(report)``
+        is then the table, the summary and the first difference).
+
+    Returns
+    -------
+    ConformanceReport
+
+    Raises
+    ------
+    ConformanceError
+        Your implementation differs (an ``AssertionError``, so a test fails with the report).
+    TypeError, ValueError
+        Bad arguments, a call that cannot work (an argument of yours the harness does not
+        have, a returned name the target does not have), or a check that compared nothing.
+    """
+    if not (callable(fn) or isinstance(fn, Worker)):
+        raise TypeError(f"fn must be callable or a Worker; got {type(fn).__name__}")
+    kind = kind_of(target)
+    if isinstance(round_base, bool) or not isinstance(round_base, (int, np.integer)):
+        raise TypeError(f"round_base must be an int; got {type(round_base).__name__}")
+    if domain is not None and not callable(domain):
+        raise TypeError(f"domain must be callable; got {type(domain).__name__}")
+    if adapter is None:
+        adapter = Adapter()
+    elif not isinstance(adapter, Adapter):
+        raise TypeError(
+            f"adapter must be a fairagg.conformance.Adapter; got {type(adapter).__name__}"
+        )
+    if adapter.stateful and kind != "rule":
+        raise ValueError("Adapter(stateful=True) applies to rules only")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of parameter names; got {type(params).__name__}")
+    fixed = dict(params or {})
+    known = default_params(target, {})
+    unknown = sorted(set(fixed) - set(known))
+    if unknown:
+        raise ValueError(
+            f"params: {target!r} has no parameter {', '.join(map(repr, unknown))}; it has "
+            f"{', '.join(known) or 'none'}"
+        )
+    if kind == "rule":
+        make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
+    user_tol = _user_tolerance(rtol, atol)
+    solver = check_precision(precision, solver_tol)
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
+    if isinstance(golden, str) or not isinstance(golden, (bool, Iterable)):
+        raise TypeError(
+            f"golden must be a bool or an iterable of case names; got {type(golden).__name__}"
+        )
+    if not golden and not hypothesis:
+        raise ValueError("nothing to check: golden and hypothesis are both off")
+    if not isinstance(keep_going, (bool, np.bool_)):
+        raise TypeError(f"keep_going must be a bool; got {type(keep_going).__name__}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or seed < 0):  # fmt: skip
+        raise ValueError(f"seed must be a non-negative int or None; got {seed!r}")
+    if seed is None or not derandomize:
+        seed = int.from_bytes(os.urandom(4), "little")
+    accepted_names = parse_accept(accept, target, fixed)
+    if isinstance(fn, Worker) and adapter != Adapter():
+        raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
+    checker = Checker(
+        fn, target, adapter, fixed, precision, solver, user_tol, int(round_base), domain,
+        accepted_names,
+    )  # fmt: skip
+    names = None if isinstance(golden, bool) else list(golden)
+    outcomes: list[Outcome] = []
+    n_golden = n_generated = skipped = outside = refused = 0
+    next_index = 0
+    try:
+        if golden:
+            for case in _golden_cases(target, names):
+                o = checker.run(case)
+                outcomes.append(o)
+                skipped += o.status == "skipped"
+                outside += o.status == "outside"
+                refused += o.status == "both refuse"
+                n_golden += o.compared
+        if hypothesis:
+            draws = 0
+            while n_generated < max_examples and draws < _DRAWS_PER_EXAMPLE * max_examples:
+                o = checker.run(generated_case(target, fixed, seed, draws))
+                draws += 1
+                if o.status == "rejected":
+                    continue
+                outcomes.append(o)
+                outside += o.status == "outside"
+                n_generated += o.compared
+            next_index = draws
+            if n_generated == 0 and not any(o.status == "outside" for o in outcomes
+                                            if o.case.source != GOLDEN):  # fmt: skip
+                raise UsageError(
+                    ValueError(
+                        f"fairagg rejected every generated input of {target!r} with params "
+                        f"{fixed}: are they valid?"
+                    )
+                )
+        if n_golden + n_generated == 0:
+            raise UsageError(
+                ValueError(
+                    f"nothing was compared for {target!r}: every case was skipped "
+                    f"({skipped}), outside your domain ({outside}) or rejected by fairagg; a "
+                    "check that compares nothing cannot conform"
+                )
+            )
+        mismatch = None
+        if any(o.status == "differs" for o in outcomes):
+            _same_again(checker, next(o for o in outcomes if o.status == "differs"))
+            diagnosis = Diagnoser(
+                checker, outcomes, search=bool(hypothesis), seed=seed, next_index=next_index,
+                fixed=fixed,
+            ).run()  # fmt: skip
+            mismatch = _mismatch(target, diagnosis, checker)
+    except UsageError as exc:
+        raise exc.exc from None
+    rows = tuple(r for o in outcomes for r in o.rows) if keep_going else ()
+    accepted_as = []
+    for name, value in accepted_names.items():
+        if any(o.status == "accepted" and o.accepted and name in o.accepted for o in outcomes):
+            accepted_as.append(f"epsilon = {value:g}" if name == "epsilon" else name)
+    report = ConformanceReport(
+        target,
+        n_golden,
+        n_generated,
+        skipped,
+        mismatch,
+        outside,
+        rows,
+        sum(o.status == "differs" for o in outcomes),
+        tuple(sorted(checker.not_returned)),
+        sum(o.status == "accepted" for o in outcomes),
+        drawn(target, fixed) if hypothesis else (),
+        seed if hypothesis else None,
+        refused,
+        tuple(accepted_as),
+        bool(keep_going),
+    )
+    if mismatch is not None and raise_on_mismatch:
+        raise ConformanceError(mismatch, report)
+    return report

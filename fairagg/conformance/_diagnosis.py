@@ -1,0 +1,764 @@
+"""Naming the cause of a difference, only where it is verified.
+
+The candidates (:mod:`._causes`) are fairagg changed by exactly one thing. A candidate is
+*verified* when it reproduces the user's outputs, within each output's error bound, on every
+case that differs and still agrees with the user's outputs on every case where they agreed
+with fairagg. Continuous values (ε, q, α, a λ step, L, the c of ‖δ‖ + c) are fitted on the
+differing cases first, then verified the same way; a fitted value that is not a round number
+is only trusted where the differing cases could have refused it (the user's step is not a
+multiple of fairagg's on all of them: any wrong factor fits one number there).
+
+Several verified candidates are *ambiguous*: where generated examples are allowed, the harness
+draws more of them, runs the user's code on those where the candidates predict different
+outputs, and keeps the candidates that still reproduce them. The case shown is one where the
+named cause, and no other candidate, reproduces the user's outputs, minimised while that stays
+so; where candidates remain that no input told apart, it is one where they coincide, and the
+report lists them all. No verified candidate: the report says "cause not identified" and shows
+the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._tolerance import error_bound
+from ..vectors import NON_UNIQUE
+from ._causes import (
+    FITS,
+    LITERAL,
+    MISTAKE_FITS,
+    Cause,
+    Fit,
+    fitted_cause,
+    mistake_cause,
+    mistakes_for,
+    precision_cause,
+    round_base_cause,
+    settings,
+    shortest,
+)
+from ._checker import Checker, Outcome
+from ._common import Case, Json, Outside, UsageError
+from ._compare import another_optimum, close, error
+from ._generate import generated_case
+from ._shrink import shrink
+
+#: Generated examples drawn, at most, to tell ambiguous causes apart.
+SEARCH_BUDGET = 300
+#: The margin on a cause's own error bound: a changed formula (a projection onto an
+#: already-projected, tiny vector, say) can take another round-off branch than the user's.
+CAUSE_MARGIN = 4.0
+#: Differing cases a continuous value is fitted on.
+FIT_CASES = 6
+#: Differing cases scanned for one that the named cause alone explains.
+SHOW_SCAN = 40
+
+
+@dataclass
+class Diagnosis:
+    """What the evidence says about the difference.
+
+    ``causes``: the verified causes (one: named; several: ambiguous; none: not identified).
+    ``shown``: the case to show (minimised). ``separated``: the labels of the cases that told
+    candidates apart. ``tried``: how many candidates were tried."""
+
+    causes: list[Cause]
+    shown: Outcome
+    separated: list[str] = field(default_factory=list)
+    eliminated: list[Cause] = field(default_factory=list)
+    tried: int = 0
+    differing: int = 0
+    agreeing: int = 0
+    undetermined: int = 0
+
+    def text(self) -> str:
+        n = f"all {self.differing} differing case{'s' if self.differing != 1 else ''}"
+        agree = (
+            f" and agrees where yours agreed ({self.agreeing} case"
+            f"{'s' if self.agreeing != 1 else ''})"
+        )
+        if len(self.causes) == 1:
+            c = self.causes[0]
+            told = ""
+            if self.eliminated:
+                others = "; ".join(e.name for e in self.eliminated)
+                told = f" It is told apart from {others} by {', '.join(self.separated[:3])}."
+            if self.undetermined:
+                u = self.undetermined
+                n = (
+                    f"{self.differing - u} of the {self.differing} differing cases (it refuses "
+                    f"the other {u} inputs itself, and so says nothing of them)"
+                )
+            return (
+                f"{c.describe()}.\n  Verified: fairagg changed by exactly this reproduces your "
+                f"outputs on {n}{agree}.{told}"
+            )
+        if self.causes:
+            lines = [
+                f"ambiguous: each of these reproduces your outputs on {n}{agree}, and no input "
+                "was found that tells them apart (the case below is one where they coincide):"
+            ]
+            lines += [f"    - {c.describe()}" for c in self.causes]
+            return "\n".join(lines)
+        return (
+            f"cause not identified: none of the {self.tried} candidates (registered mistakes, "
+            "fairagg's other settings, fitted values, round bases, precisions) reproduces "
+            f"your outputs on {n}{agree}"
+        )
+
+
+class Diagnoser:
+    """Finds the verified causes of the differences in ``outcomes``."""
+
+    def __init__(
+        self,
+        checker: Checker,
+        outcomes: list[Outcome],
+        *,
+        search: bool,
+        seed: int,
+        next_index: int,
+        fixed: Json,
+    ) -> None:
+        self.checker = checker
+        self.outcomes = [o for o in outcomes if o.status in ("agrees", "differs")]
+        self.search, self.seed, self.next_index, self.fixed = search, seed, next_index, fixed
+        self._rebased: dict[tuple[str, int], bool] = {}
+        self.undetermined: dict[str, int] = {}  # per verified cause: differing cases it refuses
+        self.target = checker.target
+
+    # references ----------------------------------------------------------------------------
+    def _trimmed(self, o: Outcome) -> tuple[Json, list[Any] | None]:
+        """The case's inputs up to the rounds you returned, and θ^t of each (yours)."""
+        if self.checker.kind != "rule":
+            return o.case.inputs, None
+        n = max(1, len(o.yours))
+        inputs = {**o.case.inputs, "rounds": list(o.case.inputs["rounds"][:n])}
+        thetas = [o.case.inputs["params0"]] + [y.get("params") for y in o.yours[: n - 1]]
+        return inputs, thetas
+
+    def _restated(self, o: Outcome, params: Json, **switches: Any) -> Json:
+        terms = self.checker.terms
+        assert terms is not None
+        inputs, thetas = self._trimmed(o)
+        if self.checker.kind == "rule":
+            return terms.run(inputs, params, thetas, **switches)
+        return terms.run(inputs, params, **switches)
+
+    def reference(self, cause: Cause, o: Outcome) -> Json | None:
+        """``cause``'s outputs on ``o``'s case (a rule's from your θ^t), or None where it
+        cannot run. A mistake written as a restatement switch is fairagg's outputs moved by
+        exactly what the switch moves the restatement's (so the restatement's own round-off
+        never counts); its terms, which fairagg does not output, are the restatement's."""
+        chk = self.checker
+        inputs, thetas = self._trimmed(o)
+        params = {k: v for k, v in {**(o.params or {}), **cause.params}.items()
+                  if not k.startswith("_")}  # fmt: skip
+        terms = chk.terms
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                if cause.kind == "precision":
+                    return o.want
+                if cause.kind == "literal":
+                    return None if terms is None else self._restated(o, params)
+                if cause.kind == "mistake" and cause.transform is None:
+                    if terms is None:
+                        return None
+                    mistaken = self._restated(o, params, **cause.switches)
+                    plain = self._restated(o, params)
+                    base = chk.compute_from(inputs, params, thetas)
+                    return _moved_by(base, plain, mistaken, o.tols)
+                if cause.transform is not None:
+                    inputs, params = cause.transform(inputs, params)
+                ref = chk.compute_from(inputs, params, thetas)
+                if terms is not None:  # the restated terms of the same computation
+                    try:
+                        extra = (
+                            terms.run(inputs, params, thetas)
+                            if chk.kind == "rule"
+                            else terms.run(inputs, params)
+                        )
+                    except Exception:  # noqa: BLE001 - no terms here
+                        return ref
+                    if chk.kind == "rule":
+                        for r, e in zip(ref["rounds"], extra["rounds"], strict=False):
+                            r.update({k: v for k, v in e.items() if k not in r})
+                    else:
+                        ref = {**ref, **{k: v for k, v in extra.items() if k not in ref}}
+                return ref
+        except Exception:  # noqa: BLE001 - a cause that cannot run on this case explains nothing
+            return None
+
+    def _tols(self, cause: Cause, o: Outcome) -> Any:
+        if cause.kind != "precision":
+            return o.tols
+        argmins = set(NON_UNIQUE.get(self.target, {}))
+        solver = float(cause.params.get("_solver_tol", 1e-6))
+        return error_bound(
+            lambda i, p: self.checker.compute(i, p), o.case.inputs, o.params or {}, o.want or {},
+            cause.precision or "float64", solver_tol=solver, argmins=argmins,
+        )  # fmt: skip
+
+    def _cause_tols(self, cause: Cause, o: Outcome) -> dict[str, Any]:
+        """The error bound of ``cause``'s own computation on ``o``'s case (a changed formula
+        can be worse conditioned than fairagg's), each output's the wider of it and fairagg's:
+        {} where it cannot be computed."""
+        if cause.kind in ("precision", "round base") or cause.name.startswith("shared-loss"):
+            return {}
+        chk = self.checker
+        inputs, _ = self._trimmed(o)
+        params = {k: v for k, v in {**(o.params or {}), **cause.params}.items()
+                  if not k.startswith("_")}  # fmt: skip
+
+        def run(i: Json, p: Json) -> Json:
+            pseudo = dataclasses.replace(
+                o, case=dataclasses.replace(o.case, inputs=i), params=p,
+                yours=[{"params": None}] * max(1, len(o.yours)),
+            )  # fmt: skip
+            if chk.kind == "rule":  # from the cause's own θ^t: no user θ on perturbed inputs
+                pseudo.yours = []
+                return self._own(cause, i, p)
+            ref = self.reference(cause, pseudo)
+            if ref is None:
+                raise ValueError("the cause cannot run")
+            return ref
+
+        try:
+            ref = run(inputs, params)
+            own = error_bound(run, inputs, params, ref, chk.precision, solver_tol=chk.solver_tol)
+        except Exception:  # noqa: BLE001 - no wider bound
+            return {}
+        out = {}
+        for k, t in own.items():
+            base = o.tols.get(k)
+            if base is None or t.exact:
+                out[k] = t
+            else:  # CAUSE_MARGIN more: the changed formula's round-off branches are its own
+                out[k] = type(t)(max(t.rtol, base.rtol), max(CAUSE_MARGIN * t.atol, base.atol))
+        return out
+
+    def _own(self, cause: Cause, inputs: Json, params: Json) -> Json:
+        """A rule's outputs under ``cause`` from its own θ^t (for its error bound)."""
+        chk = self.checker
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if cause.kind in ("mistake", "literal") and cause.transform is None:
+                assert chk.terms is not None
+                return chk.terms.run(inputs, params, None, **cause.switches)
+            if cause.transform is not None:
+                inputs, params = cause.transform(inputs, params)
+            return chk.compute(inputs, params)
+
+    def _rebase(self, o: Outcome, base: int) -> bool:
+        key = (o.case.label, base)
+        if key not in self._rebased:
+            chk = self.checker
+            old = chk.round_base
+            chk.round_base = base
+            try:
+                again = chk.run(o.case)
+            except (Outside, UsageError):
+                again = None
+            finally:
+                chk.round_base = old
+            self._rebased[key] = again is not None and again.status == "agrees"
+        return self._rebased[key]
+
+    def explains(self, cause: Cause, o: Outcome) -> bool | None:
+        """Whether ``cause`` reproduces your outputs on ``o`` (every round you returned, every
+        quantity it computes; the quantity that differs must be among them); None where the
+        cause's own computation refuses the input (fair_flearn's projection divides by ρ = 0):
+        it says nothing there, neither way."""
+        if cause.kind == "round base":
+            return self._rebase(o, int(cause.round_base or 0))
+        if o.diff is not None and o.diff.quantity == "refusal":
+            return False
+        if cause.name.startswith("shared-loss"):
+            return self._shared_loss_explains(o) if o.yours else False
+        refs = self._predictions(cause, o)
+        if all(ref is None for ref in refs):
+            return None  # the cause cannot compute this case: your code may raise, or not
+        if (o.diff is not None and o.diff.quantity == "exception") or not o.yours:
+            return False  # your code raised where the cause computes a result
+        return any(ref is not None and self._reproduces(cause, o, ref) for ref in refs)
+
+    def _predictions(self, cause: Cause, o: Outcome) -> list[Json | None]:
+        """What ``cause`` predicts on ``o``: one computation, or, for a mistake that is both
+        fairagg on other parameters and a restatement switch (ε missing: fairagg with ε = 0,
+        or the formula computed literally without it, 0 · 0^(−1) included), either."""
+        if cause.kind == "mistake" and cause.transform is not None and cause.switches:
+            return [
+                self.reference(dataclasses.replace(cause, switches={}), o),
+                self.reference(dataclasses.replace(cause, transform=None), o),
+            ]
+        return [self.reference(cause, o)]
+
+    def _reproduces(self, cause: Cause, o: Outcome, ref: Json) -> bool:
+        rounds = ref["rounds"] if self.checker.kind == "rule" else [ref]
+        skip = set(NON_UNIQUE.get(self.target, {}))  # another minimiser may be as right
+        if o.diff is not None and o.diff.quantity not in skip:
+            t = o.diff.round or 0
+            if t >= len(rounds) or o.diff.quantity not in rounds[t]:
+                return False
+        tols = self._tols(cause, o)
+        n = len(o.yours)
+        if len(rounds) < n:
+            return False
+        params = {k: v for k, v in {**(o.params or {}), **cause.params}.items()
+                  if not k.startswith("_")}  # fmt: skip
+        switches = cause.switches if cause.kind == "mistake" else {}
+        widened: dict[str, Any] | None = None
+        for t in range(n):
+            got, w = o.yours[t], rounds[t]
+            keys = [k for k in got if k in w and k in tols]
+            if not keys:
+                return False
+            other = None
+            for k in keys:
+                if close(got[k], w[k], tols[k]) is None:
+                    continue
+                if widened is None:  # the cause's own error bound, where it is wider
+                    widened = self._cause_tols(cause, o)
+                if k in widened and close(got[k], w[k], widened[k]) is None:
+                    continue
+                if k not in skip:
+                    return False
+                if other is None:  # your λ may be another minimiser of the cause's problem
+                    src = o.case.inputs if self.checker.kind == "formula" else o.case.inputs[
+                        "rounds"][t]  # fmt: skip
+                    other = another_optimum(self.target, src, params, w, tols, switches)
+                if other is None or not other(k, got):
+                    return False
+        return True
+
+    def _error(self, cause: Cause, o: Outcome) -> float:
+        """How far ``cause`` is from your outputs on ``o``: the largest entry's difference in
+        units of its tolerance (≤ 1: reproduced)."""
+        return min((self._error_of(ref, o) for ref in self._predictions(cause, o)),
+                   default=math.inf)  # fmt: skip
+
+    def _error_of(self, ref: Json | None, o: Outcome) -> float:
+        if ref is None or not o.yours:
+            return math.inf
+        rounds = ref["rounds"] if self.checker.kind == "rule" else [ref]
+        if len(rounds) < len(o.yours):
+            return math.inf
+        worst = 0.0
+        skip = set(NON_UNIQUE.get(self.target, {}))
+        for got, w in zip(o.yours, rounds, strict=False):
+            keys = [k for k in got if k in w and k in o.tols and k not in skip]
+            if not keys:
+                return math.inf
+            for k in keys:
+                worst = max(worst, error(got[k], w[k], o.tols[k]))
+        return worst
+
+    # fits -----------------------------------------------------------------------------------
+    def _fit_value(
+        self, lo: float, hi: float, log: bool, exclude: Any, make: Callable[[float], Cause],
+        cases: list[Outcome],
+    ) -> float | None:  # fmt: skip
+        def err(v: float) -> float:
+            c = make(v)
+            return max((self._error(c, o) for o in cases), default=math.inf)
+
+        if log:
+            lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+            grid = [c * 10.0**k for k in range(lo_e, hi_e + 1) for c in (1.0, 2.0, 5.0)]
+            grid = [g for g in grid if lo <= g <= hi]
+        else:
+            grid = list(np.linspace(lo, hi, 41))
+        grid = [g for g in grid if not (exclude is not None and g == exclude)]
+        if not grid:
+            return None
+        errors = [(err(g), g) for g in grid]
+        best_err, best = min(errors)
+        if not math.isfinite(best_err):
+            return None
+        if best_err > 1.0:
+            from scipy.optimize import minimize_scalar
+
+            if log:
+                x0 = math.log10(best)
+                res = minimize_scalar(
+                    lambda x: min(err(10.0**x), 1e300),
+                    bounds=(x0 - 0.5, x0 + 0.5), method="bounded", options={"xatol": 1e-10},
+                )  # fmt: skip
+                best = float(10.0**res.x)
+            else:
+                step = (hi - lo) / 40
+                res = minimize_scalar(
+                    lambda x: min(err(x), 1e300),
+                    bounds=(max(lo, best - step), min(hi, best + step)), method="bounded",
+                    options={"xatol": 1e-12 * max(1.0, abs(best))},
+                )  # fmt: skip
+                best = float(res.x)
+            if not err(best) <= 1.0:
+                return None
+        best = shortest(best, lambda v: err(v) <= 1.0)
+        if exclude is not None and best == exclude:
+            return None
+        return best
+
+    def _round_number(self, v: float) -> bool:
+        return v == 0.0 or float(f"{v:.1g}") == v
+
+    def _identifiable(self, cause: Cause, cases: list[Outcome]) -> bool:
+        """Whether some differing round is not explained by a mere factor on fairagg's step
+        (where it is, any wrong factor fits one number)."""
+        for o in cases:
+            rounds = o.want["rounds"] if self.checker.kind == "rule" else [o.want]
+            thetas = self._trimmed(o)[1]
+            for t, (got, w) in enumerate(zip(o.yours, rounds, strict=False)):
+                key = (
+                    "params"
+                    if "params" in got and "params" in w
+                    else next(
+                        (k for k in got if k in w and k in o.tols and not o.tols[k].exact), None
+                    )
+                )
+                if key is None:
+                    continue
+                try:
+                    base = (
+                        np.asarray(
+                            thetas[t] if thetas is not None else o.case.inputs["params"],
+                            dtype=np.float64,
+                        )  # fmt: skip
+                        if key == "params"
+                        else 0.0
+                    )
+                    a = np.asarray(w[key], dtype=np.float64) - base
+                    b = np.asarray(got[key], dtype=np.float64) - base
+                except (TypeError, ValueError, KeyError):
+                    continue
+                if a.shape != b.shape or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+                    continue
+                aa = float(np.sum(a * a))
+                if not aa > 0:
+                    continue
+                s = float(np.sum(a * b)) / aa
+                if close(got[key], base + s * a, o.tols[key]) is not None:
+                    return True
+        return False
+
+    def _fitted(self, differing: list[Outcome]) -> list[Cause]:
+        out = []
+        cases = differing[:FIT_CASES]
+        current = self.checker.params_of(cases[0].case) or {} if cases else {}
+        for f in FITS.get(self.target, ()):
+            have = current.get(f.param)
+
+            def make(v: float, f: Fit = f, have: Any = have) -> Cause:
+                return fitted_cause(f, v, have)
+
+            v = self._fit_value(f.lo, f.hi, f.log, have, make, cases)
+            if v is None:
+                continue
+            cause = make(v)
+            if not self._round_number(v) and not self._identifiable(cause, cases):
+                continue
+            out.append(cause)
+        for m in mistakes_for(self.target):
+            if m.fit is None or m.fit not in MISTAKE_FITS:
+                continue
+            lo, hi, log = MISTAKE_FITS[m.fit]
+            v = self._fit_value(lo, hi, log, None, lambda v, m=m: mistake_cause(m, v), cases)
+            if v is not None:
+                out.append(mistake_cause(m, v))
+        return out
+
+    # the shared loss (q-FFL): one F̃ per round, solved in closed form -------------------------
+    def _shared_loss_explains(self, o: Outcome) -> bool:
+        """One loss F̃ per round reproduces your θ^{t+1} in every round: solved in closed form
+        where the step determines it, else any F̃ (the step does not depend on it)."""
+        from ._restate import qffl_terms
+
+        inputs, thetas = self._trimmed(o)
+        params = o.params or {}
+        rounds = inputs["rounds"] if self.checker.kind == "rule" else [inputs]
+        if "params" not in o.tols:
+            return False
+        for t, r in enumerate(rounds):
+            if t >= len(o.yours) or "params" not in o.yours[t]:
+                return False
+            got = o.yours[t]
+            theta = np.asarray(thetas[t] if thetas is not None else r["params"], dtype=np.float64)
+            if self.checker.kind == "rule":
+                gradients = r.get("gradients") is not None
+                U = r["gradients"] if gradients else r["deltas"]
+                lr = r["lr"] if params.get("lipschitz") is None else 1.0 / params["lipschitz"]
+            else:
+                gradients = "grads" in r
+                U = r["grads"] if gradients else r["deltas"]
+                lr = params["lr"]
+            q, eps = float(params["q"]), float(params["epsilon"])
+            F = _solve_shared_loss(theta, np.asarray(U, np.float64), q, lr, gradients, got)
+            tried = ([F] if F is not None else []) + [1e-3, 1.0, 1e3]
+            ok = False
+            for f in tried:
+                try:
+                    with np.errstate(all="ignore"):
+                        ref = qffl_terms(
+                            theta, U, r["losses"], q, lr, eps, scale_by_L=not gradients,
+                            static_step=bool(params.get("static_step", False)), shared_loss=f,
+                        )  # fmt: skip
+                except Exception:  # noqa: BLE001
+                    continue
+                if close(got["params"], ref["params"], o.tols["params"]) is None:
+                    ok = True
+                    break
+            if not ok:
+                return False
+        return True
+
+    # the search --------------------------------------------------------------------------------
+    def candidates(self, differing: list[Outcome]) -> list[Cause]:
+        chk = self.checker
+        current = chk.params_of(differing[0].case) or {}
+        out: list[Cause] = []
+        for m in mistakes_for(self.target):
+            if m.fit is None:
+                out.append(mistake_cause(m))
+            elif m.fit == "shared_loss":
+                out.append(mistake_cause(m))
+        out += settings(self.target, current)
+        out += self._fitted(differing)
+        if chk.kind == "rule":
+            for base in (chk.round_base + 1, chk.round_base - 1):
+                out.append(round_base_cause(base))
+        if chk.user_tol is None:
+            if chk.precision == "float64":
+                out.append(precision_cause("float32"))
+            if self.target in NON_UNIQUE or self.target in ("solve_simplex_qp", "aaggff-s"):
+                out += [precision_cause("solver", s) for s in (1e-6, 1e-5, 1e-4, 1e-3)
+                        if chk.precision != "solver" or s > chk.solver_tol]  # fmt: skip
+        if chk.terms is not None:
+            out.append(LITERAL)
+        # one of each name
+        seen: set[str] = set()
+        return [c for c in out if not (c.name in seen or seen.add(c.name))]
+
+    def _verified(self, causes: Iterable[Cause], outcomes: list[Outcome]) -> list[Cause]:
+        """The causes that reproduce every differing case they can compute (at least one) and
+        agree wherever you agreed and they can compute."""
+        differing = [o for o in outcomes if o.status == "differs"]
+        agreeing = [o for o in outcomes if o.status == "agrees"]
+        out = []
+        for c in causes:
+            said = []
+            for o in differing:
+                e = self.explains(c, o)
+                if e is False:
+                    break
+                said.append(e)
+            else:
+                if any(said) and all(self.explains(c, o) is not False for o in agreeing):
+                    out.append(c)
+                    self.undetermined[c.name] = sum(e is None for e in said)
+        # one loss per round fits any factor where every differing step is a multiple of
+        # fairagg's (one client, one coordinate): named only where it could have failed
+        if any(c.name == "shared-loss" for c in out) and not self._identifiable(
+            out[0], differing[:FIT_CASES]
+        ):
+            out = [c for c in out if c.name != "shared-loss"]
+        # a solver precision: the smallest one that explains, and none where another cause does
+        prec = [c for c in out if c.kind == "precision" and c.precision == "solver"]
+        if prec:
+            keep = prec[0]
+            out = [c for c in out if c.kind != "precision" or c.precision != "solver" or c is keep]
+        return out
+
+    def _predictions_differ(self, a: Cause, b: Cause, o: Outcome) -> bool:
+        ra, rb = self.reference(a, o), self.reference(b, o)
+        if ra is None or rb is None:
+            return ra is not rb
+        ta, tb = self._tols(a, o), self._tols(b, o)
+        rounds_a = ra["rounds"] if self.checker.kind == "rule" else [ra]
+        rounds_b = rb["rounds"] if self.checker.kind == "rule" else [rb]
+        for x, y in zip(rounds_a, rounds_b, strict=False):
+            for k in x:
+                if k in y and k in ta and k in tb:
+                    wide = ta[k] if ta[k].atol + ta[k].rtol >= tb[k].atol + tb[k].rtol else tb[k]
+                    if close(x[k], y[k], wide) is not None:
+                        return True
+        return False
+
+    def _separate(self, verified: list[Cause]) -> tuple[list[Cause], list[str], list[Cause]]:
+        """Draw more generated examples, run your code where the verified causes predict
+        different outputs, and keep those that still reproduce yours."""
+        separated: list[str] = []
+        eliminated: list[Cause] = []
+        chk = self.checker
+        probe = [c for c in verified if c.kind != "round base"]
+        if len(probe) < 2 or not self.search:
+            return verified, separated, eliminated
+        for i in range(self.next_index, self.next_index + SEARCH_BUDGET):
+            if len(verified) < 2:
+                break
+            case = generated_case(self.target, self.fixed, self.seed, i)
+            params = chk.params_of(case)
+            if params is None:
+                continue
+            try:
+                want = chk.compute(case.inputs, params)
+            except (ValueError, TypeError, ArithmeticError, RuntimeWarning):
+                continue
+            tols = chk.tolerances(case.inputs, params, want)
+            pseudo = Outcome(case, "agrees", params, want, tols, [])
+            # your θ^t are needed for a rule's references: run your code first only where
+            # two causes' predictions from fairagg's own θ^t differ
+            thetas_from_fairagg = (
+                [{"params": r["params"]} for r in want["rounds"]] if chk.kind == "rule" else []
+            )
+            pseudo.yours = thetas_from_fairagg
+            live = [c for c in verified if c.kind != "round base"]
+            split = any(
+                self._predictions_differ(a, b, pseudo)
+                for j, a in enumerate(live)
+                for b in live[j + 1 :]
+            )
+            if not split:
+                continue
+            try:
+                o = chk.run(case)
+            except Outside:
+                continue
+            if o.status not in ("agrees", "differs"):
+                continue
+            self.outcomes.append(o)
+            keep = [c for c in verified if self.explains(c, o) is not False]
+            if len(keep) < len(verified):
+                separated.append(case.label)
+                eliminated += [c for c in verified if c not in keep]
+            verified = keep
+        return verified, separated, eliminated
+
+    def explaining(self, o: Outcome, causes: list[Cause]) -> frozenset[str]:
+        return frozenset(c.name for c in causes if self.explains(c, o) is True)
+
+    def run(self) -> Diagnosis:
+        differing = [o for o in self.outcomes if o.status == "differs"]
+        first = differing[0]
+        if all(o.diff is not None and o.diff.quantity == "refusal" for o in differing):
+            return Diagnosis([], first, tried=0, differing=len(differing))
+        usable = [o for o in differing if o.diff is not None and o.diff.quantity != "refusal"]
+        candidates = self.candidates(usable or differing)
+        verified = self._verified(candidates, self.outcomes)
+        if any(c.kind == "round base" for c in verified):  # your own code, rerun: decisive
+            verified = [c for c in verified if c.kind == "round base"][:1]
+        verified, separated, eliminated = self._separate(verified)
+        if len(verified) > 1:  # every search example agreed on them: check the new cases too
+            verified = self._verified(verified, self.outcomes)
+        n_diff = sum(o.status == "differs" for o in self.outcomes)
+        n_agree = sum(o.status == "agrees" for o in self.outcomes)
+        shown = self._shown(verified, candidates)
+        undetermined = self.undetermined.get(verified[0].name, 0) if len(verified) == 1 else 0
+        return Diagnosis(verified, shown, separated, eliminated, len(candidates), n_diff, n_agree,
+                         undetermined)  # fmt: skip
+
+    def _shown(self, verified: list[Cause], candidates: list[Cause]) -> Outcome:
+        """The case to show, minimised: one the verified causes (and no other candidate)
+        explain, where there is one."""
+        differing = [o for o in self.outcomes if o.status == "differs"]
+        chk = self.checker
+        target_set = frozenset(c.name for c in verified)
+        pick = differing[0]
+        if verified:
+            for o in differing[:SHOW_SCAN]:
+                if self.explaining(o, candidates) == target_set:
+                    pick = o
+                    break
+        want_set = self.explaining(pick, candidates) if verified else frozenset()
+        quantity = pick.diff.quantity if pick.diff is not None else None
+
+        def keeps(case: Case) -> bool:
+            try:
+                o = chk.run(case)
+            except (Outside, UsageError):
+                return False
+            if o.status != "differs" or o.diff is None:
+                return False
+            if quantity in ("exception", "refusal") and o.diff.quantity != quantity:
+                return False
+            if verified:
+                return self.explaining(o, candidates) == want_set
+            return True
+
+        small = shrink(pick.case, chk.kind, keeps)
+        if small is pick.case:
+            return pick
+        again = chk.run(small)
+        return again if again.status == "differs" else pick
+
+
+def _moved_by(base: Json, plain: Json, mistaken: Json, tols: Any) -> Json:
+    """fairagg's outputs ``base`` moved by ``mistaken − plain`` entrywise (the restatement with
+    and without the mistake), where the plain restatement agrees with fairagg on that output:
+    exactly ``base`` where the mistake changes nothing, so the restatement's own round-off
+    never counts. Elsewhere (another minimiser of a problem whose argmin is not unique),
+    and for integers, booleans, non-finite entries and the terms fairagg does not output, the
+    mistaken restatement's own values."""
+    rule = "rounds" in base
+    b_rounds = base["rounds"] if rule else [base]
+    p_rounds = plain["rounds"] if rule else [plain]
+    m_rounds = mistaken["rounds"] if rule else [mistaken]
+    out = []
+    for b, p, m in zip(b_rounds, p_rounds, m_rounds, strict=False):
+        row = dict(m)
+        for k, mv in m.items():
+            if k not in b or k not in p or k not in tols:
+                continue
+            try:
+                a_m = np.asarray(mv)
+                a_p = np.asarray(p[k])
+                a_b = np.asarray(b[k])
+            except (TypeError, ValueError):
+                continue
+            if a_m.dtype.kind != "f" or a_m.shape != a_p.shape or a_m.shape != a_b.shape:
+                continue
+            if close(a_p, a_b, tols[k]) is not None:
+                continue
+            with np.errstate(all="ignore"):
+                fin = np.isfinite(a_m) & np.isfinite(a_p) & np.isfinite(a_b)
+                moved = np.where(a_m == a_p, a_b, a_b + (a_m - a_p))
+                row[k] = np.where(fin, moved, a_m)
+        out.append(row)
+    return {"rounds": out} if rule else out[0]
+
+
+def _solve_shared_loss(
+    theta: np.ndarray, U: np.ndarray, q: float, lr: float, gradients: bool, got: Json
+) -> float | None:
+    """The one loss F̃ with which θ − Σ_k Δw_k / (q/F̃ Σ_k ‖Δw_k‖² + m L) (q-FFL with
+    F̃_k = F̃ for every client: F̃^q cancels) is your θ^{t+1}; None when no positive F̃ is."""
+    L = 1.0 / lr
+    Dw = U if gradients else L * U
+    try:
+        mine = np.asarray(got["params"], dtype=np.float64)
+    except (TypeError, ValueError, KeyError):
+        return None
+    if q <= 0 or mine.shape != theta.shape:
+        return None
+    with np.errstate(all="ignore"):
+        S = Dw.sum(axis=0)
+        step = theta - mine
+        ss = float(S @ S)
+        if not (ss > 0 and math.isfinite(ss)):
+            return None
+        c = float(step @ S) / ss  # θ − θ' = c S
+        denom = 1.0 / c - Dw.shape[0] * L if c > 0 else -1.0
+        F = q * float(np.einsum("ij,ij->", Dw, Dw)) / denom if denom > 0 else -1.0
+    return F if F > 0 and math.isfinite(F) else None
+
+
+def replace_case(o: Outcome, case: Case) -> Outcome:
+    return dataclasses.replace(o, case=case)
