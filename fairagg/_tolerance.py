@@ -257,6 +257,28 @@ def error_bound(
     return out
 
 
+def output_kinds(want: Json) -> dict[str, bool]:
+    """{output name: whether it is compared exactly (integers, booleans)} of fairagg's numeric
+    outputs (a rule's over its rounds)."""
+    out: dict[str, bool] = {}
+    for r in flat_outputs(want):
+        for k, v in r.items():
+            try:
+                a = np.asarray(v)
+            except (TypeError, ValueError):
+                continue
+            if a.dtype.kind in "biuf":
+                out[k] = out.get(k, False) or _discrete(a)
+    return out
+
+
+def relative_part(precision: str, solver_tol: float = DEFAULT_SOLVER_TOL) -> float:
+    """The bound's relative part, known before any perturbed run: SAFETY · PERTURBATION · u
+    (plus ``solver_tol`` at ``precision="solver"``)."""
+    rtol = SAFETY * PERTURBATION * UNIT_ROUNDOFF[precision]
+    return rtol + solver_tol if precision == "solver" else rtol
+
+
 def blanket(want: Json, rtol: float, atol: float) -> dict[str, Tolerance]:
     """The tolerance a user gives (``rtol=``, ``atol=``): |got − want| ≤ atol · max(1,
     max|want|) + rtol · |want|, the same for every output (integers and booleans exactly)."""

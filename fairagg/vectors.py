@@ -106,7 +106,7 @@ PRECISIONS: dict[str, dict[str, float]] = {
 BOUND: dict[str, float] = {"perturbation": PERTURBATION, "safety": SAFETY, "runs": RUNS}
 DEFAULT_SEED = 20261121
 #: Losses near 0, where another q-FFL loss offset ε changes F̃_k by orders of magnitude.
-NEAR_ZERO_LOSSES = np.array([1e-9, 3e-8, 1e-6, 2e-5])
+NEAR_ZERO_LOSSES = np.array([1e-9, 3e-9, 5e-10, 2e-9])
 #: Three updates in R² that sum to 0 (FedFV's ḡ cancels).
 CANCELLING = np.array([[0.5, 0.0], [-0.25, 0.5], [-0.25, -0.5]])
 #: Losses of K = 4 clients over 7 rounds under which AFL's λ, at the published step 0.01,
@@ -343,7 +343,9 @@ def _q_cases(rng: np.random.Generator, gradients: bool) -> dict[str, CaseInputs]
         "single_client": case({k: v[:1] if k != "params" else v for k, v in s.items()}, 1.0, "one"),
         "extreme_losses": case({**s, "losses": _extreme(4)}, 3.0, "losses from 1e-6 to 1e3"),
         # where another loss offset shows (FLGo adds 1e-8 where SPEC §2 has 1e-10)
-        "near_zero_losses": case({**s, "losses": NEAR_ZERO_LOSSES}, 1.0, "losses from 1e-9"),
+        "near_zero_losses": case(
+            {**s, "losses": NEAR_ZERO_LOSSES, "params": np.zeros(6)}, 1.0, "losses near 1e-9"
+        ),
     }
 
 
@@ -969,6 +971,8 @@ def _rule_cases(name: str, rng: np.random.Generator) -> dict[str, tuple[str, dic
         theta, rounds = _rule_rounds(rng, spec, K, m, d, T, "small")
         for t, r in enumerate(rounds):
             shape_of(r, t, rng)
+        if kind == "near_zero_losses":  # a step of 1e-9 shows against θ = 0, not against θ ~ 1
+            theta = np.zeros_like(theta)
         cases[kind] = (what, {"params0": theta, "num_clients": K, "rounds": rounds}, {})
     return cases
 
@@ -1001,9 +1005,9 @@ def _unequal_sizes(r: dict[str, Any], t: int, rng: np.random.Generator) -> None:
 #: Rule cases built to show a known outside difference at the default tolerance: (what, K,
 #: m, d, rounds, how each round is set).
 _RULE_SPECIAL: dict[str, dict[str, tuple]] = {
-    "qfedavg": {"near_zero_losses": ("losses from 1e-9 (another ε shows)", 6, 4, 5, 3,
+    "qfedavg": {"near_zero_losses": ("losses near 1e-9 (another ε shows)", 6, 4, 5, 3,
                                      _near_zero_losses)},
-    "qfedsgd": {"near_zero_losses": ("losses from 1e-9 (another ε shows)", 6, 4, 5, 3,
+    "qfedsgd": {"near_zero_losses": ("losses near 1e-9 (another ε shows)", 6, 4, 5, 3,
                                      _near_zero_losses)},
     "afl": {"clipping_at_default_step": (
         "seven rounds at the published λ step 0.01, λ reaching a face of the simplex", 4, 4,

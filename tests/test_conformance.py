@@ -324,15 +324,19 @@ def test_a_norm_not_squared_is_caught_in_a_rule_too():
     assert report.mismatch.diagnosis.startswith("h differs: your norm is not squared")
 
 
-def test_a_missing_epsilon_is_caught_by_generated_zero_losses():
+def test_a_missing_epsilon_is_caught_by_near_zero_losses_golden_and_generated():
     def bad(params, deltas, losses, q, lr):  # no ε at all
         return qfedavg_np(params, deltas, losses, q, lr, 0.0, with_eps=False)
 
-    report = check(bad, "qfedavg_step", raise_on_mismatch=False)
-    m = report.mismatch
-    assert m.source == "generated"  # the golden losses are positive: the generator finds 0
+    # the golden case with losses near 1e-9 shows it (the other golden losses are far above ε)
+    report = check(bad, "qfedavg_step", hypothesis=False, raise_on_mismatch=False)
+    assert report.mismatch.diagnosis.startswith("F_tilde differs: ε is missing"), report
+    assert "near_zero_losses" in report.mismatch.case
+    # and the generator finds losses that are 0 or near it on its own
+    m = check(bad, "qfedavg_step", golden=False, raise_on_mismatch=False).mismatch
+    assert m.source == "generated"
     assert m.diagnosis.startswith("F_tilde differs: ε is missing")
-    assert np.any(m.inputs["losses"] == 0)
+    assert np.any(m.inputs["losses"] < 1e-6)
 
 
 def test_fedmgda_without_its_epsilon_box_is_named():

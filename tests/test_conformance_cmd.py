@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -17,30 +16,18 @@ import pytest
 
 from fairagg import cli
 from fairagg.conformance import Adapter, ConformanceError, Worker, WorkerError, check
+from tests.workers import make_worker, worker_command
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def worker_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("worker")
-    template = (Path(cli.__file__).with_name("_worker_template.py")).read_text(encoding="utf-8")
-    examples = 'FORMULAS = {"project_simplex": project_simplex}\nRULES = {"fedavg": FedAvg}\n'
-    assert template.count(examples) == 1
-    text = template.replace(
-        examples,
-        "import outside_impl\n\noutside_impl.SKIP = Skip\n"
-        "FORMULAS, RULES = outside_impl.FORMULAS, outside_impl.RULES\n",
-    )
-    (folder / "worker.py").write_text(text, encoding="utf-8")
-    (folder / "outside_impl.py").write_text(
-        (HERE / "workers" / "outside_impl.py").read_text(encoding="utf-8"), encoding="utf-8"
-    )
-    return folder
+    return make_worker(tmp_path_factory.mktemp("worker"))
 
 
 def cmd(folder: Path, *extra: str) -> str:
-    return shlex.join([sys.executable, "-E", "-s", str(folder / "worker.py"), *extra])
+    return worker_command(folder, *extra)
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -152,7 +139,7 @@ def test_a_skip_reply_counts_the_case_as_outside_the_domain(worker_dir, capsys):
         (["afl"], "check needs --cmd"),
         ([], "check needs a TARGET"),
         (["nosuch", "--cmd", "true"], "target must be a registered rule"),
-        (["fedfv", "--cmd", "{py}"], "does not implement 'fedfv'"),
+        (["aaggff-s", "--cmd", "{py}"], "does not implement 'aaggff-s'"),
         (["fedavg", "--cmd", "{py}", "--generated", "-1"], "--generated must be >= 0"),
         (["fedavg", "--cmd", "{py}", "--param", "q=2"], "'fedavg' has no parameter 'q'"),
         (["fedavg", "--cmd", "{py}", "--golden", "nosuch"], "has no case 'nosuch'"),
@@ -171,7 +158,9 @@ def test_usage_errors_are_one_line_and_status_2(worker_dir, capsys, argv, messag
 # ---------------------------------------------------------------------------- the Worker API
 def test_check_takes_a_worker_and_raises_with_the_named_mistake(worker_dir):
     with Worker(cmd(worker_dir, "--mistake", "off-by-one")) as w:
-        assert w.targets == ["afl", "fedavg", "project_simplex", "qfedavg"]
+        assert w.targets == [
+            "afl", "fedavg", "fedfv", "fedmgda", "project_simplex", "propfair", "qfedavg", "term"
+        ]  # fmt: skip
         with pytest.raises(ConformanceError, match="code's simplex projection") as info:
             check(w, "project_simplex", hypothesis=False)
     assert info.value.mismatch.quantity == "out"

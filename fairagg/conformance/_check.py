@@ -347,6 +347,7 @@ def check(
         fn, target, adapter, fixed, precision, solver, user_tol, int(round_base), domain,
         accepted_names,
     )  # fmt: skip
+    checker.keep_rows = bool(keep_going)
     names = None if isinstance(golden, bool) else list(golden)
     outcomes: list[Outcome] = []
     n_golden = n_generated = skipped = outside = refused = 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._tolerance import Tolerance, blanket, error_bound
+from .._tolerance import Tolerance, blanket, error_bound, output_kinds, relative_part
 from .._worker import Worker, WorkerError, WorkerRaised, WorkerSkipped, WorkerUsageError
 from ..vectors import NON_UNIQUE, RULE_EXCLUDE, _compute
 from ._adapter import Adapter, fresh, invoke, named
@@ -28,7 +28,7 @@ from ._common import (
     is_assume,
     kind_of,
 )
-from ._compare import Diff, another_optimum, close, differences, first_diff
+from ._compare import Bounds, Diff, another_optimum, close_bounded, differences, first_diff
 from ._restate import Terms, terms_of
 
 
@@ -66,7 +66,7 @@ class Outcome:
     status: str
     params: Json | None = None
     want: Json | None = None
-    tols: dict[str, Tolerance] = field(default_factory=dict)
+    tols: Mapping[str, Tolerance] = field(default_factory=dict)
     yours: list[Json] = field(default_factory=list)
     diff: Diff | None = None
     rows: list[Row] = field(default_factory=list)
@@ -110,6 +110,7 @@ class Checker:
         self.worker = fn if isinstance(fn, Worker) else None
         self.not_returned: set[str] = set()  # fairagg's outputs your code never returned
         self.calls = 0  # cases your code was run on
+        self.keep_rows = False  # a Row for every comparison (a keep-going report)
         self._sessions = 0
         self.kind = kind_of(target)
         self.terms: Terms | None = terms_of(target)
@@ -170,23 +171,35 @@ class Checker:
                 rounds.append(out)
         return {"rounds": rounds}
 
-    def tolerances(self, inputs: Json, params: Json, want: Json) -> dict[str, Tolerance]:
-        """Each output's tolerance: the error bound at the check's precision, or the
-        user's blanket ``rtol``/``atol``."""
+    def tolerances(self, inputs: Json, params: Json, want: Json) -> Bounds:
+        """Each output's tolerance: the error bound at the check's precision (computed when a
+        comparison needs more than its relative part), or the user's blanket
+        ``rtol``/``atol``."""
         if self.user_tol is not None:
-            return blanket(want, *self.user_tol)
+            tols = blanket(want, *self.user_tol)
+            return Bounds({k: t.exact for k, t in tols.items()}, 0.0, lambda: tols)
         argmins = set(NON_UNIQUE.get(self.target, {}))
-        return error_bound(
-            lambda i, p: self.compute(i, p), inputs, params, want, self.precision,
-            solver_tol=self.solver_tol, argmins=argmins,
+        return Bounds(
+            output_kinds(want),
+            relative_part(self.precision, self.solver_tol),
+            lambda: error_bound(
+                lambda i, p: self.compute(i, p), inputs, params, want, self.precision,
+                solver_tol=self.solver_tol, argmins=argmins,
+            ),
         )  # fmt: skip
 
     def term_tolerances(
         self, run: Callable[[Json, Json], Json], inputs: Json, params: Json, want: Json
-    ) -> dict[str, Tolerance]:
+    ) -> Bounds:
         if self.user_tol is not None:
-            return blanket(want, *self.user_tol)
-        return error_bound(run, inputs, params, want, self.precision, solver_tol=self.solver_tol)
+            tols = blanket(want, *self.user_tol)
+            return Bounds({k: t.exact for k, t in tols.items()}, 0.0, lambda: tols)
+        return Bounds(
+            output_kinds(want),
+            relative_part(self.precision, self.solver_tol),
+            lambda: error_bound(run, inputs, params, want, self.precision,
+                                solver_tol=self.solver_tol),
+        )  # fmt: skip
 
     # the user's side ----------------------------------------------------------------------
     def user(self, fn: Callable[..., Any], kwargs: Json) -> Any:
@@ -400,18 +413,20 @@ class Checker:
                 return
             got, w = o.yours[t], want_rounds[t]
             full = dict(w)
-            tols = dict(o.tols)
+            tols: Mapping[str, Tolerance] = o.tols
             if term_rounds is not None:
                 extra, extra_tols = term_rounds[t]
                 full.update({k: v for k, v in extra.items() if k not in full})
-                tols.update({k: v for k, v in extra_tols.items() if k not in tols})
+                tols = o.tols.union(extra_tols) if isinstance(o.tols, Bounds) else {
+                    **extra_tols, **o.tols}  # fmt: skip
             other = None
             if self.target in NON_UNIQUE:
                 src = case.inputs if self.kind == "formula" else case.inputs["rounds"][t]
                 other = another_optimum(self.target, src, o.params or {}, w, tols)
             self.not_returned.update(k for k in w if k not in got and k not in RULE_EXCLUDE)
             order = self.order(list(w))
-            self._rows_for(o, rnd, got, full, order, tols, other)
+            if self.keep_rows:  # the table of a keep-going report (the bounds it prints)
+                self._rows_for(o, rnd, got, full, order, tols, other)
             diff = first_diff(got, full, order, self.texts, rnd, tols, other)
             if diff is not None:
                 diff.yours = o.yours
@@ -454,7 +469,7 @@ class Checker:
         for k in [*order, *[k for k in full if k not in order]]:
             if k not in full or k.startswith("_"):
                 continue
-            tol = tols.get(k)
+            tol = tols[k] if k in tols else None
             text = tol.text() if tol is not None else ""
             if k not in got:
                 if k not in RULE_EXCLUDE and k in (
@@ -464,7 +479,7 @@ class Checker:
                 ):
                     o.rows.append(Row(o.case.label, rnd, k, None, None, text, "not returned"))
                 continue
-            ok = tol is not None and close(got[k], full[k], tol) is None
+            ok = tol is not None and close_bounded(got[k], full[k], tols, k) is None
             verdict = "agrees" if ok else "differs"
             if not ok and other is not None and other(k, got):
                 verdict = "another minimiser"
@@ -491,7 +506,7 @@ class Checker:
             if not keys:
                 return False
             for k in keys:
-                if close(got[k], w[k], o.tols[k]) is not None:
+                if close_bounded(got[k], w[k], o.tols, k) is not None:
                     return False
         return True
 

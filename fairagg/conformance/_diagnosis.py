@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._tolerance import error_bound
+from .._tolerance import error_bound, output_kinds, relative_part
 from ..vectors import NON_UNIQUE
 from ._causes import (
     FITS,
@@ -46,7 +46,7 @@ from ._causes import (
 )
 from ._checker import Checker, Outcome
 from ._common import Case, Json, Outside, UsageError
-from ._compare import another_optimum, close, error
+from ._compare import Bounds, another_optimum, close, close_bounded, error
 from ._generate import generated_case
 from ._shrink import shrink
 
@@ -56,7 +56,7 @@ SEARCH_BUDGET = 300
 #: already-projected, tiny vector, say) can take another round-off branch than the user's.
 CAUSE_MARGIN = 4.0
 #: Differing cases a continuous value is fitted on.
-FIT_CASES = 6
+FIT_CASES = 4
 #: Differing cases scanned for one that the named cause alone explains.
 SHOW_SCAN = 40
 
@@ -77,8 +77,25 @@ class Diagnosis:
     differing: int = 0
     agreeing: int = 0
     undetermined: int = 0
+    refused: int = 0
 
     def text(self) -> str:
+        refusals = ""
+        if self.refused:
+            refusals = (
+                f"\n  Also: fairagg refuses {self.refused} golden input"
+                f"{'s' if self.refused != 1 else ''} (they expect an error: reports that "
+                "break the rule's conditions) that your code computes a result for."
+            )
+        if not self.differing:
+            return (
+                f"fairagg refuses {self.refused} golden input{'s' if self.refused != 1 else ''}"
+                " that your code computes a result for (each golden case that expects an error "
+                "must be refused by your code too: raise, or Skip an input outside its domain)"
+            )
+        return self._causes_text() + refusals
+
+    def _causes_text(self) -> str:
         n = f"all {self.differing} differing case{'s' if self.differing != 1 else ''}"
         agree = (
             f" and agrees where yours agreed ({self.agreeing} case"
@@ -132,6 +149,7 @@ class Diagnoser:
         self.search, self.seed, self.next_index, self.fixed = search, seed, next_index, fixed
         self._rebased: dict[tuple[str, int], bool] = {}
         self.undetermined: dict[str, int] = {}  # per verified cause: differing cases it refuses
+        self._precision_tols: dict[tuple[int, str], Bounds] = {}
         self.target = checker.target
 
     # references ----------------------------------------------------------------------------
@@ -198,14 +216,23 @@ class Diagnoser:
             return None
 
     def _tols(self, cause: Cause, o: Outcome) -> Any:
+        """``o``'s error bounds, or a precision cause's own (computed when needed, kept)."""
         if cause.kind != "precision":
             return o.tols
-        argmins = set(NON_UNIQUE.get(self.target, {}))
-        solver = float(cause.params.get("_solver_tol", 1e-6))
-        return error_bound(
-            lambda i, p: self.checker.compute(i, p), o.case.inputs, o.params or {}, o.want or {},
-            cause.precision or "float64", solver_tol=solver, argmins=argmins,
-        )  # fmt: skip
+        key = (id(o), cause.name)
+        if key not in self._precision_tols:
+            argmins = set(NON_UNIQUE.get(self.target, {}))
+            solver = float(cause.params.get("_solver_tol", 1e-6))
+            precision = cause.precision or "float64"
+            self._precision_tols[key] = Bounds(
+                output_kinds(o.want or {}),
+                relative_part(precision, solver),
+                lambda: error_bound(
+                    lambda i, p: self.checker.compute(i, p), o.case.inputs, o.params or {},
+                    o.want or {}, precision, solver_tol=solver, argmins=argmins,
+                ),
+            )  # fmt: skip
+        return self._precision_tols[key]
 
     def _cause_tols(self, cause: Cause, o: Outcome) -> dict[str, Any]:
         """The error bound of ``cause``'s own computation on ``o``'s case (a changed formula
@@ -323,7 +350,7 @@ class Diagnoser:
                 return False
             other = None
             for k in keys:
-                if close(got[k], w[k], tols[k]) is None:
+                if close_bounded(got[k], w[k], tols, k) is None:
                     continue
                 if widened is None:  # the cause's own error bound, where it is wider
                     widened = self._cause_tols(cause, o)
@@ -366,9 +393,14 @@ class Diagnoser:
         self, lo: float, hi: float, log: bool, exclude: Any, make: Callable[[float], Cause],
         cases: list[Outcome],
     ) -> float | None:  # fmt: skip
-        def err(v: float) -> float:
+        def err(v: float, upto: int | None = None) -> float:
             c = make(v)
-            return max((self._error(c, o) for o in cases), default=math.inf)
+            worst = 0.0
+            for o in cases[:upto]:  # stops at the first case it cannot reproduce at all
+                worst = max(worst, self._error(c, o))
+                if not math.isfinite(worst):
+                    break
+            return worst if cases else math.inf
 
         if log:
             lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
@@ -379,7 +411,10 @@ class Diagnoser:
         grid = [g for g in grid if not (exclude is not None and g == exclude)]
         if not grid:
             return None
-        errors = [(err(g), g) for g in grid]
+        # the grid on the first two cases, then the most promising values on all of them
+        first = sorted((err(g, 2), g) for g in grid)
+        shortlist = [g for e, g in first[:3] if math.isfinite(e)]
+        errors = [(err(g), g) for g in shortlist] or [(math.inf, grid[0])]
         best_err, best = min(errors)
         if not math.isfinite(best_err):
             return None
@@ -390,7 +425,7 @@ class Diagnoser:
                 x0 = math.log10(best)
                 res = minimize_scalar(
                     lambda x: min(err(10.0**x), 1e300),
-                    bounds=(x0 - 0.5, x0 + 0.5), method="bounded", options={"xatol": 1e-10},
+                    bounds=(x0 - 0.5, x0 + 0.5), method="bounded", options={"xatol": 1e-9},
                 )  # fmt: skip
                 best = float(10.0**res.x)
             else:
@@ -463,6 +498,8 @@ class Diagnoser:
             v = self._fit_value(f.lo, f.hi, f.log, have, make, cases)
             if v is None:
                 continue
+            if f.log and f.lo > 0 and _err0(self, make, cases) <= 1.0:
+                continue  # indistinguishable from 0 here: a registered mistake if anything
             cause = make(v)
             if not self._round_number(v) and not self._identifiable(cause, cases):
                 continue
@@ -550,7 +587,7 @@ class Diagnoser:
     def _verified(self, causes: Iterable[Cause], outcomes: list[Outcome]) -> list[Cause]:
         """The causes that reproduce every differing case they can compute (at least one) and
         agree wherever you agreed and they can compute."""
-        differing = [o for o in outcomes if o.status == "differs"]
+        differing = [o for o in outcomes if _explainable(o)]
         agreeing = [o for o in outcomes if o.status == "agrees"]
         out = []
         for c in causes:
@@ -647,28 +684,28 @@ class Diagnoser:
 
     def run(self) -> Diagnosis:
         differing = [o for o in self.outcomes if o.status == "differs"]
-        first = differing[0]
-        if all(o.diff is not None and o.diff.quantity == "refusal" for o in differing):
-            return Diagnosis([], first, tried=0, differing=len(differing))
-        usable = [o for o in differing if o.diff is not None and o.diff.quantity != "refusal"]
-        candidates = self.candidates(usable or differing)
+        refused = len(differing) - sum(_explainable(o) for o in differing)
+        usable = [o for o in differing if _explainable(o)]
+        if not usable:  # only golden inputs that fairagg refuses and your code computes
+            return Diagnosis([], differing[0], refused=refused)
+        candidates = self.candidates(usable)
         verified = self._verified(candidates, self.outcomes)
         if any(c.kind == "round base" for c in verified):  # your own code, rerun: decisive
             verified = [c for c in verified if c.kind == "round base"][:1]
         verified, separated, eliminated = self._separate(verified)
         if len(verified) > 1:  # every search example agreed on them: check the new cases too
             verified = self._verified(verified, self.outcomes)
-        n_diff = sum(o.status == "differs" for o in self.outcomes)
+        n_diff = sum(_explainable(o) for o in self.outcomes)
         n_agree = sum(o.status == "agrees" for o in self.outcomes)
         shown = self._shown(verified, candidates)
         undetermined = self.undetermined.get(verified[0].name, 0) if len(verified) == 1 else 0
         return Diagnosis(verified, shown, separated, eliminated, len(candidates), n_diff, n_agree,
-                         undetermined)  # fmt: skip
+                         undetermined, refused)  # fmt: skip
 
     def _shown(self, verified: list[Cause], candidates: list[Cause]) -> Outcome:
         """The case to show, minimised: one the verified causes (and no other candidate)
         explain, where there is one."""
-        differing = [o for o in self.outcomes if o.status == "differs"]
+        differing = [o for o in self.outcomes if _explainable(o)]
         chk = self.checker
         target_set = frozenset(c.name for c in verified)
         pick = differing[0]
@@ -700,6 +737,17 @@ class Diagnoser:
         return again if again.status == "differs" else pick
 
 
+def _explainable(o: Outcome) -> bool:
+    """A differing case a cause may explain: not a golden input fairagg refuses."""
+    return o.status == "differs" and not (o.diff is not None and o.diff.quantity == "refusal")
+
+
+def _err0(d: Diagnoser, make: Callable[[float], Cause], cases: list[Outcome]) -> float:
+    """How far the parameter at 0 is from your outputs (inf where 0 is not a valid value)."""
+    c = make(0.0)
+    return max((d._error(c, o) for o in cases), default=math.inf)
+
+
 def _moved_by(base: Json, plain: Json, mistaken: Json, tols: Any) -> Json:
     """fairagg's outputs ``base`` moved by ``mistaken − plain`` entrywise (the restatement with
     and without the mistake), where the plain restatement agrees with fairagg on that output:
@@ -725,7 +773,7 @@ def _moved_by(base: Json, plain: Json, mistaken: Json, tols: Any) -> Json:
                 continue
             if a_m.dtype.kind != "f" or a_m.shape != a_p.shape or a_m.shape != a_b.shape:
                 continue
-            if close(a_p, a_b, tols[k]) is not None:
+            if close_bounded(a_p, a_b, tols, k) is not None:
                 continue
             with np.errstate(all="ignore"):
                 fin = np.isfinite(a_m) & np.isfinite(a_p) & np.isfinite(a_b)

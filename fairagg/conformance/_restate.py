@@ -194,6 +194,12 @@ def fedmgda_terms(
     G = g @ g.T
     if clip_after:
         lam = min_norm_weights(G).x
+        # which minimiser a solver returns decides the clipped λ: where the unboxed argmin is
+        # not unique (solved in reverse order, another one comes out), the mistake is not one
+        # computation, and says nothing of the case
+        other = min_norm_weights(G[::-1, ::-1]).x[::-1]
+        if np.max(np.abs(lam - other)) > 1e-9:
+            raise ValueError("the unboxed min-norm weighting is not unique here")
         lam = np.clip(lam, lo, hi)
         lam = lam / lam.sum()
     else:

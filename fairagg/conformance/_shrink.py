@@ -12,7 +12,7 @@ import numpy as np
 from ._common import Case, Json
 
 #: Upper bound on the evaluations spent shrinking one case.
-SHRINK_BUDGET = 400
+SHRINK_BUDGET = 250
 
 _M_AXIS = {
     "losses", "num_samples", "weights", "mixture", "p", "prior", "accuracies", "participations",
