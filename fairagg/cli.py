@@ -320,7 +320,7 @@ def _build_parser() -> _Parser:
         type=int,
         default=100,
         metavar="N",
-        help="generated (hypothesis) examples to check (default: 100; 0 for none)",
+        help="generated examples to check (default: 100; 0 for none), drawn from --seed",
     )
     chk.add_argument(
         "--round-base",

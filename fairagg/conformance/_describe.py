@@ -23,10 +23,15 @@ def describe(target: str) -> str:
     lines = [f"{target} ({kind}): {formula_text(target)}"]
     if kind == "formula":
         f = FORMULAS[target]
-        params = default_params(target, next(iter(f.cases(np.random.default_rng(0)).values()))[2])
+        defaults = default_params(target, {})
+        example = next(iter(f.cases(np.random.default_rng(0)).values()))[2]
+        required = {k: v for k, v in example.items() if k not in defaults}
         lines.append("inputs: " + ", ".join(f.args))
-        lines.append("parameters (defaults, or a golden case's values where there is no "
-                     "default): " + _defaults(params))  # fmt: skip
+        lines.append("parameters (defaults): " + _defaults(defaults))
+        if required:
+            lines.append("parameters without a default (a golden case's values): "
+                         + _defaults(required))  # fmt: skip
+        params = {**defaults, **example}
     else:
         spec = RULES[target]
         key = "gradients" if make_rule(target).local.report == "gradients" else "deltas"
