@@ -172,9 +172,10 @@ class Diagnoser:
 
     def reference(self, cause: Cause, o: Outcome) -> Json | None:
         """``cause``'s outputs on ``o``'s case (a rule's from your θ^t), or None where it
-        cannot run. A mistake written as a restatement switch is fairagg's outputs moved by
-        exactly what the switch moves the restatement's (so the restatement's own round-off
-        never counts); its terms, which fairagg does not output, are the restatement's."""
+        cannot run: a mistake written as a restatement switch is the restatement's outputs
+        with the switch on (compared within the wider of the case's error bound and the
+        restatement's own, :meth:`_cause_tols`); a setting or a fitted value is fairagg's with
+        that parameter, and the restatement's terms beside them."""
         chk = self.checker
         inputs, thetas = self._trimmed(o)
         params = {k: v for k, v in {**(o.params or {}), **cause.params}.items()
@@ -188,12 +189,7 @@ class Diagnoser:
                 if cause.kind == "literal":
                     return None if terms is None else self._restated(o, params)
                 if cause.kind == "mistake" and cause.transform is None:
-                    if terms is None:
-                        return None
-                    mistaken = self._restated(o, params, **cause.switches)
-                    plain = self._restated(o, params)
-                    base = chk.compute_from(inputs, params, thetas)
-                    return _moved_by(base, plain, mistaken, o.tols)
+                    return None if terms is None else self._restated(o, params, **cause.switches)
                 if cause.transform is not None:
                     inputs, params = cause.transform(inputs, params)
                 ref = chk.compute_from(inputs, params, thetas)
@@ -558,16 +554,18 @@ class Diagnoser:
         return True
 
     # the search --------------------------------------------------------------------------------
-    def candidates(self, differing: list[Outcome]) -> list[Cause]:
-        chk = self.checker
-        current = chk.params_of(differing[0].case) or {}
+    def fixed_candidates(self, current: Json | None) -> list[Cause]:
+        """The candidates that need no fit: the registered mistakes (a shared loss solved per
+        round) and fairagg's other settings from ``current``, the case's parameters."""
         out: list[Cause] = []
         for m in mistakes_for(self.target):
-            if m.fit is None:
+            if m.fit is None or m.fit == "shared_loss":
                 out.append(mistake_cause(m))
-            elif m.fit == "shared_loss":
-                out.append(mistake_cause(m))
-        out += settings(self.target, current)
+        return out + settings(self.target, current or {})
+
+    def candidates(self, differing: list[Outcome]) -> list[Cause]:
+        chk = self.checker
+        out = self.fixed_candidates(chk.params_of(differing[0].case))
         out += self._fitted(differing)
         if chk.kind == "rule":
             for base in (chk.round_base + 1, chk.round_base - 1):
@@ -746,41 +744,6 @@ def _err0(d: Diagnoser, make: Callable[[float], Cause], cases: list[Outcome]) ->
     """How far the parameter at 0 is from your outputs (inf where 0 is not a valid value)."""
     c = make(0.0)
     return max((d._error(c, o) for o in cases), default=math.inf)
-
-
-def _moved_by(base: Json, plain: Json, mistaken: Json, tols: Any) -> Json:
-    """fairagg's outputs ``base`` moved by ``mistaken − plain`` entrywise (the restatement with
-    and without the mistake), where the plain restatement agrees with fairagg on that output:
-    exactly ``base`` where the mistake changes nothing, so the restatement's own round-off
-    never counts. Elsewhere (another minimiser of a problem whose argmin is not unique),
-    and for integers, booleans, non-finite entries and the terms fairagg does not output, the
-    mistaken restatement's own values."""
-    rule = "rounds" in base
-    b_rounds = base["rounds"] if rule else [base]
-    p_rounds = plain["rounds"] if rule else [plain]
-    m_rounds = mistaken["rounds"] if rule else [mistaken]
-    out = []
-    for b, p, m in zip(b_rounds, p_rounds, m_rounds, strict=False):
-        row = dict(m)
-        for k, mv in m.items():
-            if k not in b or k not in p or k not in tols:
-                continue
-            try:
-                a_m = np.asarray(mv)
-                a_p = np.asarray(p[k])
-                a_b = np.asarray(b[k])
-            except (TypeError, ValueError):
-                continue
-            if a_m.dtype.kind != "f" or a_m.shape != a_p.shape or a_m.shape != a_b.shape:
-                continue
-            if close_bounded(a_p, a_b, tols, k) is not None:
-                continue
-            with np.errstate(all="ignore"):
-                fin = np.isfinite(a_m) & np.isfinite(a_p) & np.isfinite(a_b)
-                moved = np.where(a_m == a_p, a_b, a_b + (a_m - a_p))
-                row[k] = np.where(fin, moved, a_m)
-        out.append(row)
-    return {"rounds": out} if rule else out[0]
 
 
 def _solve_shared_loss(
