@@ -257,10 +257,8 @@ def error_bound(
     return out
 
 
-def output_kinds(want: Json) -> dict[str, bool]:
-    """{output name: whether it is compared exactly (integers, booleans)} of fairagg's numeric
-    outputs (a rule's over its rounds)."""
-    out: dict[str, bool] = {}
+def _numeric(want: Json):  # type: ignore[no-untyped-def]
+    """(name, array) of each numeric output of each round of ``want``."""
     for r in flat_outputs(want):
         for k, v in r.items():
             try:
@@ -268,7 +266,15 @@ def output_kinds(want: Json) -> dict[str, bool]:
             except (TypeError, ValueError):
                 continue
             if a.dtype.kind in "biuf":
-                out[k] = out.get(k, False) or _discrete(a)
+                yield k, a
+
+
+def output_kinds(want: Json) -> dict[str, bool]:
+    """{output name: whether it is compared exactly (integers, booleans)} of fairagg's numeric
+    outputs (a rule's over its rounds)."""
+    out: dict[str, bool] = {}
+    for k, a in _numeric(want):
+        out[k] = out.get(k, False) or _discrete(a)
     return out
 
 
@@ -283,22 +289,14 @@ def blanket(want: Json, rtol: float, atol: float) -> dict[str, Tolerance]:
     """The tolerance a user gives (``rtol=``, ``atol=``): |got − want| ≤ atol · max(1,
     max|want|) + rtol · |want|, the same for every output (integers and booleans exactly)."""
     out: dict[str, Tolerance] = {}
-    for r in flat_outputs(want):
-        for k, v in r.items():
-            try:
-                a = np.asarray(v)
-            except (TypeError, ValueError):
-                continue
-            if a.dtype.kind not in "biuf":
-                continue
-            if _discrete(a):
-                out[k] = Tolerance(exact=True)
-                continue
-            fin = a[np.isfinite(a)]
-            top = float(np.max(np.abs(fin), initial=0.0)) if fin.size else 0.0
-            prev = out.get(k)
-            a_ = atol * max(1.0, top)
-            out[k] = Tolerance(rtol, max(a_, prev.atol if prev is not None else 0.0))
+    for k, a in _numeric(want):
+        if _discrete(a):
+            out[k] = Tolerance(exact=True)
+            continue
+        fin = a[np.isfinite(a)]
+        top = float(np.max(np.abs(fin), initial=0.0)) if fin.size else 0.0
+        prev = out.get(k)
+        out[k] = Tolerance(rtol, max(atol * max(1.0, top), prev.atol if prev is not None else 0.0))
     return out
 
 

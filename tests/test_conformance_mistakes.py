@@ -27,7 +27,7 @@ MODES = {
     "generated_only": {"golden": False},
 }
 #: Generated examples per check (every mode of every mistake runs: keep CI fast).
-EXAMPLES = 30
+EXAMPLES = 25
 #: What a target's implementation computes in (FedMGDA+ with cvxpy: a solver's accuracy), and
 #: the parameters it is checked with: the planted TERM and FedFV implement the paper variant
 #: only (a check without this says "fairagg with variant = 'paper' computes your outputs" on
@@ -82,9 +82,20 @@ def planting(mistake: str | None) -> Iterator[None]:
 CASES = [(t, m, name) for t, ms in planted.PLANTED.items() for m, name in ms.items()]
 
 
+@pytest.fixture(scope="module")
+def worker_dir(tmp_path_factory) -> Path:
+    return make_worker(tmp_path_factory.mktemp("planted-worker"))
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    rc = cli.main(["check", *argv])
+    return rc, capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("target", "mistake", "cause"), CASES, ids=[c[1] + "-" + c[0]
                                                                      for c in CASES])  # fmt: skip
-def test_each_planted_mistake_is_caught_and_named_in_every_mode(target, mistake, cause):
+def test_each_planted_mistake_is_caught_and_named_in_every_mode(worker_dir, capsys, target,
+                                                                mistake, cause):  # fmt: skip
     fn, adapter = implementation(target)
     reports = {}
     with planting(mistake):
@@ -107,6 +118,14 @@ def test_each_planted_mistake_is_caught_and_named_in_every_mode(target, mistake,
     )
     assert a.mismatch.diagnosis == b.mismatch.diagnosis
     assert b.rows and not a.rows
+    # the same outside code run by the worker, through fairagg check --cmd: the same cases,
+    # counts and diagnosis
+    command = worker_command(worker_dir, "--mistake", mistake)
+    rc, out = _cli(capsys, target, "--cmd", command, "--generated", str(EXAMPLES),
+                   *flags_of(target))  # fmt: skip
+    assert rc == 1, out
+    assert a.mismatch.diagnosis in out, out
+    assert a.summary() in out, out
 
 
 @pytest.mark.parametrize("target", list(planted.PLANTED))
@@ -128,35 +147,6 @@ def test_a_float32_implementation_conforms_at_the_float32_precision_in_every_mod
 
 
 # ------------------------------------------------------------------------- through --cmd
-@pytest.fixture(scope="module")
-def worker_dir(tmp_path_factory) -> Path:
-    return make_worker(tmp_path_factory.mktemp("planted-worker"))
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str]:
-    rc = cli.main(["check", *argv])
-    return rc, capsys.readouterr().out
-
-
-@pytest.mark.parametrize(("target", "mistake", "cause"), CASES, ids=[c[1] + "-" + c[0]
-                                                                     for c in CASES])  # fmt: skip
-def test_each_planted_mistake_is_named_through_the_worker(worker_dir, capsys, target, mistake,
-                                                          cause):  # fmt: skip
-    # the same outside code, run by the worker: the same cases, counts and diagnosis as the
-    # Python check of it
-    with planting(mistake):
-        fn, adapter = implementation(target)
-        local = check(fn, target, adapter=adapter, max_examples=EXAMPLES,
-                      raise_on_mismatch=False, **options_of(target))  # fmt: skip
-    assert [c.name for c in local.mismatch.causes] == [cause], str(local.mismatch)
-    command = worker_command(worker_dir, "--mistake", mistake)
-    rc, out = _cli(capsys, target, "--cmd", command, "--generated", str(EXAMPLES),
-                   *flags_of(target))  # fmt: skip
-    assert rc == 1, out
-    assert local.mismatch.diagnosis in out, out
-    assert local.summary() in out, out
-
-
 def test_a_worker_gives_the_same_verdict_in_every_mode(worker_dir, capsys):
     command = worker_command(worker_dir, "--mistake", "already-projected")
     outs = {}
@@ -375,3 +365,100 @@ def _returning(outputs: dict):
         return dict(outputs)
 
     return user
+
+
+# ------------------------------------------------ configuration mismatches, named with the flag
+def _fairagg_with(rule: str, **hyper: object):
+    """fairagg's own rule with ``hyper`` set, whatever the check passes: code written for
+    another setting."""
+    import fairagg
+
+    known = fairagg.make_rule(rule).hyperparams
+
+    def factory(params, num_clients, **passed):
+        r = fairagg.make_rule(rule, **{**{k: v for k, v in passed.items() if k in known}, **hyper})
+        state = [r.init(np.asarray(params), num_clients)]
+
+        def step(params, num_samples, losses, accuracies, participations, client_ids, lr,
+                 round_index, num_clients, deltas=None, gradients=None):  # fmt: skip
+            reports = fairagg.make_reports(
+                deltas, num_samples, losses=losses, accuracies=accuracies,
+                participations=participations, client_ids=client_ids, round_index=round_index,
+                num_clients=num_clients, gradients=gradients, lr=lr,
+            )  # fmt: skip
+            agg = r.step(np.asarray(params), reports, state[0])
+            state[0] = agg.state
+            return agg.params
+
+        return step
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    ("rule", "hyper", "flag"),
+    [
+        ("aaggff-s", {"variant": "official"}, "--param variant=official"),
+        ("aaggff-d", {"variant": "official"}, "--param variant=official"),
+        ("fedfa", {"variant": "flgo"}, "--param variant=flgo"),
+        ("fedfv", {"variant": "flgo"}, "--param variant=flgo"),
+        ("term", {"weighting": "uniform"}, "--param weighting=uniform"),
+        ("term", {"variant": "official"}, "--param variant=official"),
+        ("afl", {"lambda_lr": 0.05}, "--param lambda_lr=0.05"),
+        ("qfedavg", {"q": 2.5}, "--param q=2.5"),
+    ],
+)
+def test_code_written_for_another_setting_is_named_with_the_flag_to_pass(rule, hyper, flag):
+    report = check(_fairagg_with(rule, **hyper), rule, adapter=Adapter(stateful=True),
+                   max_examples=EXAMPLES, raise_on_mismatch=False)  # fmt: skip
+    assert not report
+    assert [c.flag for c in report.mismatch.causes] == [flag], str(report.mismatch)
+    # and checked with it, the same code conforms (where the cases set no other value)
+    kw = {k: v for k, v in hyper.items() if k not in ("lambda_lr", "q")}
+    if kw:
+        assert check(_fairagg_with(rule, **hyper), rule, adapter=Adapter(stateful=True),
+                     params=kw, max_examples=EXAMPLES)  # fmt: skip
+
+
+def test_a_float32_cast_inside_aaggff_s_is_named_as_float32():
+    # The AAggFF code computes AAgFF-S in float32 (torch's default dtype). Its outputs are
+    # within float32's bound everywhere, and within a solver accuracy of 1e-6 as well (AAgFF-S
+    # solves a QP): no input tells the two apart, so the report lists both, with their flags.
+    inner = _fairagg_with("aaggff-s")
+
+    def factory(params, num_clients, **hyper):
+        step = inner(params, num_clients, **hyper)
+        takes = set(inspect.signature(step).parameters)
+        return lambda **kw: step(**{k: v for k, v in kw.items() if k in takes}).astype(np.float32)
+
+    report = check(factory, "aaggff-s", adapter=Adapter(stateful=True), max_examples=EXAMPLES,
+                   raise_on_mismatch=False)  # fmt: skip
+    assert not report
+    assert [c.name for c in report.mismatch.causes] == ["float32", "solver 1e-06"]
+    assert report.mismatch.diagnosis.startswith("ambiguous:")
+    assert "--precision float32" in report.mismatch.diagnosis
+    assert check(factory, "aaggff-s", adapter=Adapter(stateful=True), max_examples=EXAMPLES,
+                 precision="float32")  # fmt: skip
+
+
+def test_code_that_counts_rounds_from_one_is_named_with_the_round_base():
+    report = check(planted.fedavg_from_one, "fedavg", max_examples=10, raise_on_mismatch=False)
+    assert not report and [c.flag for c in report.mismatch.causes] == ["--round-base 1"]
+
+
+def test_a_nan_from_zero_accuracies_gets_checked_facts_not_a_cause():
+    # FLGo's FedFa divides by Σ acc: NaN when every accuracy is 0. No cause reproduces that;
+    # the report says where the NaN comes from, found by rerunning the code.
+    from fairagg.rules.fedfa import fedfa_weights
+
+    def flgo_weights(accuracies, participations, alpha):
+        with np.errstate(all="ignore"):
+            if not np.any(accuracies):
+                return np.full(accuracies.shape, np.nan)
+        return fedfa_weights(accuracies, participations, alpha=alpha)
+
+    report = check(flgo_weights, "fedfa_weights", max_examples=EXAMPLES, raise_on_mismatch=False)
+    m = report.mismatch
+    assert m.diagnosis.startswith("cause not identified"), m.diagnosis
+    assert m.facts and "with every accuracy that is 0 made 0.5" in m.facts[0], m.facts
+    assert "fact: your output is finite on the same case" in str(m)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,7 @@ class Diagnosis:
     agreeing: int = 0
     undetermined: int = 0
     refused: int = 0
+    searched: bool = False
 
     def text(self) -> str:
         refusals = ""
@@ -118,9 +119,14 @@ class Diagnosis:
                 f"outputs on {n}{agree}.{told}"
             )
         if self.causes:
+            how = (
+                "no input was found that tells them apart"
+                if self.searched
+                else "no other input was tried (generated examples are off)"
+            )
             lines = [
-                f"ambiguous: each of these reproduces your outputs on {n}{agree}, and no input "
-                "was found that tells them apart (the case below is one where they coincide):"
+                f"ambiguous: each of these reproduces your outputs on {n}{agree}, and {how} "
+                "(the case below is one where they coincide):"
             ]
             lines += [f"    - {c.describe()}" for c in self.causes]
             return "\n".join(lines)
@@ -620,10 +626,9 @@ class Diagnoser:
         rounds_a = ra["rounds"] if self.checker.kind == "rule" else [ra]
         rounds_b = rb["rounds"] if self.checker.kind == "rule" else [rb]
         for x, y in zip(rounds_a, rounds_b, strict=False):
-            for k in x:
-                if k in y and k in ta and k in tb:
-                    wide = ta[k] if ta[k].atol + ta[k].rtol >= tb[k].atol + tb[k].rtol else tb[k]
-                    if close(x[k], y[k], wide) is not None:
+            for k in x:  # apart: outside both causes' bounds
+                if k in y and k in ta and k in tb and close_bounded(x[k], y[k], ta, k) is not None:
+                    if close_bounded(x[k], y[k], tb, k) is not None:
                         return True
         return False
 
@@ -634,12 +639,12 @@ class Diagnoser:
         eliminated: list[Cause] = []
         chk = self.checker
         probe = [c for c in verified if c.kind != "round base"]
-        if len(probe) < 2 or not self.search:
+        points = [c for c in probe if c.kind != "precision"]  # a precision is a band, not a point
+        if len(probe) < 2 or not points or not self.search:
             return verified, separated, eliminated
-        for i in range(self.next_index, self.next_index + SEARCH_BUDGET):
+        for case in self._probes():
             if len(verified) < 2:
                 break
-            case = generated_case(self.target, self.fixed, self.seed, i)
             params = chk.params_of(case)
             if params is None:
                 continue
@@ -677,6 +682,19 @@ class Diagnoser:
             verified = keep
         return verified, separated, eliminated
 
+    def _probes(self) -> Iterator[Case]:
+        """The search's cases: generated examples after the check's own, each also with θ
+        a thousand times larger (where an error relative to θ, float32's, outgrows an
+        absolute one, a solver's)."""
+        for i in range(self.next_index, self.next_index + SEARCH_BUDGET):
+            case = generated_case(self.target, self.fixed, self.seed, i)
+            yield case
+            key = "params0" if self.checker.kind == "rule" else "params"
+            theta = case.inputs.get(key)
+            if isinstance(theta, np.ndarray) and theta.dtype.kind == "f":
+                inputs = {**case.inputs, key: theta * 1000.0}
+                yield dataclasses.replace(case, label=f"{case.label}, θ × 1000", inputs=inputs)
+
     def explaining(self, o: Outcome, causes: list[Cause]) -> frozenset[str]:
         return frozenset(c.name for c in causes if self.explains(c, o) is True)
 
@@ -698,7 +716,7 @@ class Diagnoser:
         shown = self._shown(verified, candidates)
         undetermined = self.undetermined.get(verified[0].name, 0) if len(verified) == 1 else 0
         return Diagnosis(verified, shown, separated, eliminated, len(candidates), n_diff, n_agree,
-                         undetermined, refused)  # fmt: skip
+                         undetermined, refused, self.search)  # fmt: skip
 
     def _shown(self, verified: list[Cause], candidates: list[Cause]) -> Outcome:
         """The case to show, minimised: one the verified causes (and no other candidate)

@@ -241,6 +241,7 @@ def fedfv_terms(
         RHO,
         FedFVHistory,
         _conflict,
+        _external_vector,
         _in_range,
         _norms,
         _window,
@@ -296,17 +297,7 @@ def fedfv_terms(
     c = np.zeros(U.shape[0])
     c[:m] = C.sum(axis=0) / m
     groups = _window(np.asarray(history.rounds), round_index, tau, variant, m)
-    for rows in groups:
-        size = float(np.abs(c) @ norms)
-        conflicting = [r for r in rows if _conflict(float(U[r] @ g_bar), norms[r] * size)]
-        if not conflicting:
-            continue
-        g_con = U[conflicting].sum(axis=0)
-        dot = float(g_bar @ g_con)
-        nn = float(g_con @ g_con)
-        if dot < 0.0 and nn > 0.0:
-            g_bar = g_bar - (dot / nn) * g_con
-            c[conflicting] -= dot / nn
+    g_bar = _external_vector(U, g_bar, c, norms, groups)[0]  # fairagg's own Alg. 3
     size = float(np.abs(c) @ norms)
     g_norm = float(np.linalg.norm(g_bar))
     if g_norm <= RHO * size:

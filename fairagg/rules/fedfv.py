@@ -518,22 +518,32 @@ def _vector(D, H, perm, kept, groups):
     g_bar = g_tilde.sum(axis=0) / m
     c = np.zeros(U.shape[0])
     c[:m] = C.sum(axis=0) / m
-    ext_found = ext_proj = 0
+    g_bar, ext_found, ext_proj = _external_vector(U, g_bar, c, norms, groups)
+    counts = (int(found), projections, ext_found, ext_proj)
+    return c, C, counts, g_bar, D.sum(axis=0) / m, norms, D @ g_bar
+
+
+def _external_vector(
+    U: np.ndarray, g_bar: np.ndarray, c: np.ndarray, norms: np.ndarray, groups: list[np.ndarray]
+) -> tuple[np.ndarray, int, int]:
+    """Alg. 3 on d-vectors: ḡ projected off each window group's conflicting old updates, oldest
+    first; ``c`` (ḡ's coefficients over U) is updated in place. Returns (ḡ, conflicts found,
+    projections made)."""
+    found = made = 0
     for rows in groups:
         size = float(np.abs(c) @ norms)
         conflicting = [r for r in rows if _conflict(float(U[r] @ g_bar), norms[r] * size)]
         if not conflicting:
             continue
-        ext_found += len(conflicting)
+        found += len(conflicting)
         g_con = U[conflicting].sum(axis=0)
         dot = float(g_bar @ g_con)
         nn = float(g_con @ g_con)
         if dot < 0.0 and nn > 0.0:
             g_bar = g_bar - (dot / nn) * g_con
             c[conflicting] -= dot / nn
-            ext_proj += 1
-    counts = (int(found), projections, ext_found, ext_proj)
-    return c, C, counts, g_bar, D.sum(axis=0) / m, norms, D @ g_bar
+            made += 1
+    return g_bar, found, made
 
 
 def _gram(D, H, perm, kept, groups, backend):
