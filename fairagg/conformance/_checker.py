@@ -72,6 +72,7 @@ class Outcome:
     rows: list[Row] = field(default_factory=list)
     accepted: str | None = None
     refusal: str | None = None
+    cache: dict = field(default_factory=dict, repr=False, compare=False)  # the diagnosis's
 
     @property
     def compared(self) -> bool:

@@ -55,6 +55,8 @@ SEARCH_BUDGET = 300
 #: The margin on a cause's own error bound: a changed formula (a projection onto an
 #: already-projected, tiny vector, say) can take another round-off branch than the user's.
 CAUSE_MARGIN = 4.0
+#: Beyond this relative distance no error bound reaches: a cause's own bound is not computed.
+FAR = 1e-6
 #: Differing cases a continuous value is fitted on.
 FIT_CASES = 4
 #: Differing cases scanned for one that the named cause alone explains.
@@ -155,7 +157,6 @@ class Diagnoser:
         self.search, self.seed, self.next_index, self.fixed = search, seed, next_index, fixed
         self._rebased: dict[tuple[str, int], bool] = {}
         self.undetermined: dict[str, int] = {}  # per verified cause: differing cases it refuses
-        self._precision_tols: dict[tuple[int, str], Bounds] = {}
         self.target = checker.target
 
     # references ----------------------------------------------------------------------------
@@ -221,12 +222,12 @@ class Diagnoser:
         """``o``'s error bounds, or a precision cause's own (computed when needed, kept)."""
         if cause.kind != "precision":
             return o.tols
-        key = (id(o), cause.name)
-        if key not in self._precision_tols:
+        key = ("precision bound", cause.name)
+        if key not in o.cache:
             argmins = set(NON_UNIQUE.get(self.target, {}))
             solver = float(cause.params.get("_solver_tol", 1e-6))
             precision = cause.precision or "float64"
-            self._precision_tols[key] = Bounds(
+            o.cache[key] = Bounds(
                 output_kinds(o.want or {}),
                 relative_part(precision, solver),
                 lambda: error_bound(
@@ -234,12 +235,18 @@ class Diagnoser:
                     o.want or {}, precision, solver_tol=solver, argmins=argmins,
                 ),
             )  # fmt: skip
-        return self._precision_tols[key]
+        return o.cache[key]
 
     def _cause_tols(self, cause: Cause, o: Outcome) -> dict[str, Any]:
         """The error bound of ``cause``'s own computation on ``o``'s case (a changed formula
         can be worse conditioned than fairagg's), each output's the wider of it and fairagg's:
         {} where it cannot be computed."""
+        key = ("own bound", cause.name)
+        if key not in o.cache:
+            o.cache[key] = self._own_bound(cause, o)
+        return o.cache[key]
+
+    def _own_bound(self, cause: Cause, o: Outcome) -> dict[str, Any]:
         if cause.kind in ("precision", "round base") or cause.name.startswith("shared-loss"):
             return {}
         chk = self.checker
@@ -354,9 +361,9 @@ class Diagnoser:
             for k in keys:
                 if close_bounded(got[k], w[k], tols, k) is None:
                     continue
-                if widened is None:  # the cause's own error bound, where it is wider
-                    widened = self._cause_tols(cause, o)
-                if k in widened and close(got[k], w[k], widened[k]) is None:
+                if widened is None and not _far(got[k], w[k]):
+                    widened = self._cause_tols(cause, o)  # the cause's own bound, if wider
+                if widened and k in widened and close(got[k], w[k], widened[k]) is None:
                     continue
                 if k not in skip:
                     return False
@@ -695,6 +702,12 @@ class Diagnoser:
                 inputs = {**case.inputs, key: theta * 1000.0}
                 yield dataclasses.replace(case, label=f"{case.label}, θ × 1000", inputs=inputs)
 
+    def _explained_by_exactly(self, o: Outcome, causes: list[Cause], names: frozenset[str]) -> bool:
+        """Whether the causes that reproduce ``o`` are exactly ``names`` (those first: the
+        answer is usually settled by the first cause tried)."""
+        ordered = sorted(causes, key=lambda c: c.name not in names)
+        return all((self.explains(c, o) is True) == (c.name in names) for c in ordered)
+
     def explaining(self, o: Outcome, causes: list[Cause]) -> frozenset[str]:
         return frozenset(c.name for c in causes if self.explains(c, o) is True)
 
@@ -727,7 +740,7 @@ class Diagnoser:
         pick = differing[0]
         if verified:
             for o in differing[:SHOW_SCAN]:
-                if self.explaining(o, candidates) == target_set:
+                if self._explained_by_exactly(o, candidates, target_set):
                     pick = o
                     break
         want_set = self.explaining(pick, candidates) if verified else frozenset()
@@ -743,7 +756,7 @@ class Diagnoser:
             if quantity in ("exception", "refusal") and o.diff.quantity != quantity:
                 return False
             if verified:
-                return self.explaining(o, candidates) == want_set
+                return self._explained_by_exactly(o, candidates, want_set)
             return True
 
         small = shrink(pick.case, chk.kind, keeps)
@@ -751,6 +764,25 @@ class Diagnoser:
             return pick
         again = chk.run(small)
         return again if again.status == "differs" else pick
+
+
+def _far(got: Any, want: Any) -> bool:
+    """Whether ``got`` is further from ``want`` than any round-off could take it: beyond
+    FAR · max(1, max|want|) (a formula would need a condition number near 1e9 to move that far
+    from round-off), or not comparable. Saves computing a cause's own bound for nothing."""
+    try:
+        g = np.asarray(got, dtype=np.float64)
+        w = np.asarray(want, dtype=np.float64)
+    except (TypeError, ValueError):
+        return True
+    if g.shape != w.shape:
+        return True
+    with np.errstate(all="ignore"):
+        fin = np.isfinite(w)
+        if not np.array_equal(fin, np.isfinite(g)):
+            return True
+        scale = max(1.0, float(np.max(np.abs(w[fin]), initial=0.0)))
+        return bool(np.max(np.abs(g[fin] - w[fin]), initial=0.0) > FAR * scale)
 
 
 def _explainable(o: Outcome) -> bool:
