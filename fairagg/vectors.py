@@ -1104,12 +1104,13 @@ def tolerances(kind: str, name: str, inputs: dict, params: dict, want: Json) -> 
     float32 one (``float32``), and, for an argmin that need not be unique, ``argmin``
     (:mod:`fairagg._tolerance`; the same bounds :func:`fairagg.conformance.check` computes)."""
     argmins = set(NON_UNIQUE.get(name, {}))
+    full = resolved_params(kind, name, params)  # every parameter, as check() perturbs them
 
     def compute(i: Json, p: Json) -> Json:
         return _compute(kind, name, i, p)
 
-    b64 = error_bound(compute, inputs, params, want, "float64", argmins=argmins)
-    b32 = error_bound(compute, inputs, params, want, "float32", argmins=argmins)
+    b64 = error_bound(compute, inputs, full, want, "float64", argmins=argmins)
+    b32 = error_bound(compute, inputs, full, want, "float32", argmins=argmins)
     tol: Json = {}
     for k, t in b64.items():
         tol[k] = t.as_json()

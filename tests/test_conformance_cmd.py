@@ -539,3 +539,32 @@ def test_vectors_compare_reads_results_per_case_and_round(tmp_path, capsys):
         compare_results(path, golden)
     with pytest.raises(FileNotFoundError, match="golden: .* holds no index.json"):
         compare_results(path, tmp_path)
+
+
+def test_check_and_the_golden_files_use_the_same_error_bounds():
+    # one definition: what check compares a golden case within is what its file carries
+    from fairagg.conformance._check import _golden_cases
+    from fairagg.conformance._checker import Checker
+    from fairagg.conformance._results import file_tolerance
+    from fairagg.vectors import load_case
+
+    golden = Path(__file__).parent / "golden"
+    compared = 0
+    for target, names in (("qfedavg", ["small", "near_zero_losses"]), ("fedfv_direction",
+                          ["cancelling"]), ("project_simplex", ["medium"])):  # fmt: skip
+        kind = "rules" if target == "qfedavg" else "formulas"
+        for case in _golden_cases(target, names):
+            for precision in ("float64", "float32"):
+                checker = Checker(lambda **kw: None, target, Adapter(), {}, precision)
+                params = checker.params_of(case)
+                want = checker.compute(case.inputs, params)
+                bounds = checker.tolerances(case.inputs, params, want)
+                stored = load_case(golden / kind / target / f"{case.label.rsplit('/', 1)[1]}.json")
+                for k, entry in stored["tolerance"].items():
+                    ours = bounds[k]
+                    theirs = file_tolerance(entry, 0.0, precision, 1e-6)
+                    assert ours.exact == theirs.exact, (target, k)
+                    np.testing.assert_allclose([ours.rtol, ours.atol], [theirs.rtol, theirs.atol],
+                                               rtol=1e-12, atol=0.0)  # fmt: skip
+                    compared += 1
+    assert compared >= 10
