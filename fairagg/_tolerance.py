@@ -14,7 +14,8 @@ makes on *this* input:
   2^-24 in float32), over ``RUNS`` perturbations, show how far that moves each output: the
   *spread*;
 - the bound on an entry is ``SAFETY`` · (spread + ``PERTURBATION`` · u · |fairagg's entry|):
-  ``atol`` (one number per output, the largest spread over its entries and rounds) and
+  ``atol`` (one number per output, the largest spread over its entries and rounds, and at
+  least the precision's smallest normal number, ``FLOOR``: float32 cannot hold 1e-200) and
   ``rtol``, with |got − want| ≤ atol + rtol · |want| entrywise. Integers and booleans are
   compared exactly.
 
@@ -56,6 +57,9 @@ SAFETY = 4
 RUNS = 4
 #: ``precision="solver"``'s default accuracy of an iterative solver's argmin.
 DEFAULT_SOLVER_TOL = 1e-6
+#: The smallest normal number of each precision: below it a value may be flushed to 0 or lose
+#: its digits (float32 cannot hold fairagg's 7e-218 at all), so atol is at least this.
+FLOOR = {"float64": 2.0**-1022, "solver": 2.0**-1022, "float32": 2.0**-126}
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,7 @@ def error_bound(
             out[k] = Tolerance(exact=True)
             continue
         moved = SAFETY * rel * max(1.0, scale[k]) if k in argmins else SAFETY * spread[k]
-        tol = Tolerance(SAFETY * rel, moved)
+        tol = Tolerance(SAFETY * rel, max(moved, FLOOR[precision]))
         if precision == "solver":
             tol = tol.widened(solver_tol, scale[k])
         out[k] = tol

@@ -339,7 +339,7 @@ def _build_parser() -> _Parser:
     chk.add_argument(
         "--solver-tol",
         type=float,
-        default=DEFAULT_SOLVER_TOL,
+        default=None,
         metavar="TOL",
         help=f"with --precision solver: your solver's accuracy (default {DEFAULT_SOLVER_TOL:g})",
     )
@@ -369,8 +369,8 @@ def _build_parser() -> _Parser:
     chk.add_argument(
         "--keep-going",
         action="store_true",
-        help="run every case and print one table of every comparison, a summary and the "
-        "first difference (default: stop at the first difference)",
+        help="also print one table of every comparison before the summary and the first "
+        "difference (every case runs in every mode: the verdict and counts are the same)",
     )
     chk.add_argument(
         "--describe",
@@ -1083,8 +1083,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ValueError(f"--generated must be >= 0; got {args.generated}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0; got {args.seed}")
-    if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
-        raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    if args.solver_tol is not None:
+        if args.precision != "solver":
+            raise ValueError("--solver-tol applies to --precision solver")
+        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    if args.round_base < 0:
+        raise ValueError(f"--round-base must be >= 0; got {args.round_base}")
+    if args.golden == "none" and args.generated == 0:
+        raise ValueError("--golden none and --generated 0 leave nothing to check")
     golden: bool | list[str]
     if args.golden == "all":
         golden = True

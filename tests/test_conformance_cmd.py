@@ -372,7 +372,7 @@ def test_keep_going_marks_rounds_after_a_difference_and_what_was_not_returned():
         (0, "params", "agrees"),
         (1, "weights", "not returned"),
         (1, "params", "differs"),
-        (2, "(round)", "not compared"),
+        (2, "(round)", "not compared (after a difference, from your θ)"),
     ]
     assert report.not_returned == ("weights",)
     assert "not checked, as your code did not return them: weights" in str(report)
@@ -523,7 +523,7 @@ def test_vectors_compare_reads_results_per_case_and_round(tmp_path, capsys):
     assert ("project_simplex/small", None, "out", "agrees") in verdicts
     assert ("project_simplex/single", None, "out", "differs") in verdicts
     assert ("afl/small", 1, "mixture", "differs") in verdicts
-    assert ("afl/small", 2, "(round)", "not compared") in verdicts
+    assert ("afl/small", 2, "(round)", "not compared (after a difference, from your θ)") in verdicts
     assert report.not_returned == ("model", "weights")
     rc = cli.main(["vectors", "--compare", str(path), "--out", str(golden)])
     out = capsys.readouterr().out
@@ -568,3 +568,35 @@ def test_check_and_the_golden_files_use_the_same_error_bounds():
                                                rtol=1e-12, atol=0.0)  # fmt: skip
                     compared += 1
     assert compared >= 10
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fedavg", "--round-base", "-1"], "--round-base must be >= 0"),
+        (["fedavg", "--solver-tol", "1e-3"], "--solver-tol applies to --precision solver"),
+        (["fedavg", "--precision", "solver", "--solver-tol", "0"], "--solver-tol must be"),
+        (["fedavg", "--golden", "none", "--generated", "0"], "leave nothing to check"),
+        (["qfedavg", "--accept", "epsilon=1e-8", "--accept", "epsilon=1e-9"], "declared twice"),
+        (["fedavg", "--seed", "-2"], "--seed must be >= 0"),
+    ],
+)
+def test_options_that_cannot_mean_anything_are_usage_errors(worker_dir, capsys, argv, message):
+    rc, out, err = run_cli(capsys, *argv[:1], "--cmd", cmd(worker_dir), *argv[1:])
+    assert rc == 2 and out == "", out
+    assert err.startswith("fairagg: error: ") and message in err, err
+
+
+def test_the_python_api_takes_the_command_lines_options():
+    def fedavg(params, deltas, num_samples):
+        return params - (num_samples / num_samples.sum()) @ deltas
+
+    report = check(fedavg, "fedavg", generated=0)
+    assert report.conforms and report.generated == 0 and report.golden >= 6
+    assert check(fedavg, "fedavg", generated=7, golden=False).generated == 7
+    with pytest.raises(ValueError, match="solver_tol applies to precision='solver'"):
+        check(fedavg, "fedavg", solver_tol=1e-3)
+    with pytest.raises(ValueError, match="round_base must be >= 0"):
+        check(fedavg, "fedavg", round_base=-1)
+    with pytest.raises(ValueError, match="no golden case and no generated example"):
+        check(fedavg, "fedavg", golden=False, generated=0)

@@ -82,6 +82,23 @@ def _equal_samples(inputs: Json, params: Json) -> tuple[Json, Json]:
     return {**inputs, "num_samples": np.ones_like(np.asarray(inputs["num_samples"]))}, params
 
 
+def _shared_losses(inputs: Json, params: Json, *, weighted: bool) -> tuple[Json, Json]:
+    """Every client's loss replaced by the round's mean (n_k-weighted or plain)."""
+
+    def one(src: Json) -> Json:
+        F = np.asarray(src["losses"], dtype=np.float64)
+        if weighted and "num_samples" in src:
+            n = np.asarray(src["num_samples"], dtype=np.float64)
+            value = float(n @ F / n.sum())
+        else:
+            value = float(F.mean())
+        return {**src, "losses": np.full(F.shape, value)}
+
+    if "rounds" in inputs:
+        return {**inputs, "rounds": [one(r) for r in inputs["rounds"]]}, params
+    return one(inputs), params
+
+
 def _no_epsilon(inputs: Json, params: Json) -> tuple[Json, Json]:
     return inputs, {**params, "epsilon": 0.0}
 
@@ -115,11 +132,19 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake(
         "shared-loss",
         "F_tilde",
-        "your step uses one loss for every client, where q-FFL weighs each client k by its own "
-        "F̃_k = F_k + ε (Alg. 1); Flower's QFedAvg does so with the global model's loss, "
-        "evaluated once on the server",
+        "your step uses one loss for every client, the mean of the round's losses, where q-FFL "
+        "weighs each client k by its own F̃_k = F_k + ε (Alg. 1; Flower's QFedAvg uses one "
+        "loss too, the server's, of the global model)",
         _Q,
-        fit="shared_loss",
+        transform=lambda i, p: _shared_losses(i, p, weighted=False),
+    ),
+    Mistake(
+        "shared-weighted-loss",
+        "F_tilde",
+        "your step uses one loss for every client, the n_k-weighted mean of the round's losses, "
+        "where q-FFL weighs each client k by its own F̃_k = F_k + ε (Alg. 1)",
+        ("qfedavg", "qfedsgd"),  # the formulas have no n_k
+        transform=lambda i, p: _shared_losses(i, p, weighted=True),
     ),
     Mistake(
         "off-by-one-projection",

@@ -92,6 +92,8 @@ def parse_accept(accept: Any, target: str, fixed: Json) -> dict[str, Any]:
             items.append((name.strip(), value.strip() if _ else None))
     out: dict[str, Any] = {}
     for name, value in items:
+        if name in out:
+            raise ValueError(f"accept: {name!r} is declared twice; declare it once")
         if name not in ACCEPTABLE:
             raise ValueError(f"accept: unknown difference {name!r}; known: {', '.join(ACCEPTABLE)}")
         if name == "epsilon":
@@ -167,13 +169,16 @@ def _facts(checker: Checker, o: Outcome) -> tuple[str, ...]:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Whether two results of your code are the same (NaN equal to NaN)."""
     try:
         x, y = np.asarray(a), np.asarray(b)
-        if x.dtype.kind in "fc" or y.dtype.kind in "fc":
-            return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=True))
-        return x.shape == y.shape and bool(np.array_equal(x, y))
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+            return bool(np.array_equal(x, y, equal_nan=True))
+        return bool(np.all(x == y))
     except (TypeError, ValueError):
-        return a is b
+        return a is b or a == b
 
 
 def _same_again(checker: Checker, o: Outcome) -> None:
@@ -201,7 +206,7 @@ def _mismatch(target: str, d: Diagnosis, checker: Checker) -> Mismatch:
     return Mismatch(
         target, o.case.source, label, **shared, diagnosis=d.text(),
         inputs=o.case.inputs, params=o.params or {}, causes=tuple(d.causes),
-        facts=() if d.causes else _facts(checker, o),
+        facts=() if d.causes else _facts(checker, o), round_base=checker.round_base,
     )  # fmt: skip
 
 
@@ -220,8 +225,9 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     precision: str = "float64",
-    solver_tol: float = DEFAULT_SOLVER_TOL,
+    solver_tol: float | None = None,
     seed: int | None = 0,
+    generated: int | None = None,
     derandomize: bool = True,
     raise_on_mismatch: bool = True,
     keep_going: bool = False,
@@ -265,14 +271,18 @@ def check(
         earlier versions, which drew them with hypothesis).
     max_examples : int
         Generated examples to compare.
+    generated : int, optional
+        The command line's ``--generated N``: N generated examples, 0 for none (sets
+        ``hypothesis`` and ``max_examples``).
     rtol, atol : float, optional
         A blanket tolerance for every output, |got − want| ≤ atol·max(1, max|want|) +
         rtol·|want|, in place of each output's error bound at ``precision``.
     precision : {"float64", "solver", "float32"}
         What your code computes in: each output is compared within its error bound in that
         precision (:mod:`fairagg._tolerance`); ``"solver"`` adds ``solver_tol``.
-    solver_tol : float
-        The accuracy of your solver's argmins with ``precision="solver"`` (default 1e-6).
+    solver_tol : float, optional
+        The accuracy of your solver's argmins with ``precision="solver"`` (default 1e-6);
+        only with that precision.
     seed : int or None
         Seed of the generated examples (example i is the same for a seed whatever else the
         check does); None draws one, printed in the report.
@@ -301,6 +311,15 @@ def check(
     kind = kind_of(target)
     if isinstance(round_base, bool) or not isinstance(round_base, (int, np.integer)):
         raise TypeError(f"round_base must be an int; got {type(round_base).__name__}")
+    if round_base < 0:
+        raise ValueError(f"round_base must be >= 0 (your code's number for round 0); got "
+                         f"{round_base}")  # fmt: skip
+    if generated is not None:
+        if isinstance(generated, bool) or not isinstance(generated, (int, np.integer)):
+            raise TypeError(f"generated must be an int; got {type(generated).__name__}")
+        if generated < 0:
+            raise ValueError(f"generated must be >= 0; got {generated}")
+        hypothesis, max_examples = generated > 0, max(int(generated), 1)
     if domain is not None and not callable(domain):
         raise TypeError(f"domain must be callable; got {type(domain).__name__}")
     if adapter is None:
@@ -324,7 +343,12 @@ def check(
     if kind == "rule":
         make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
     user_tol = _user_tolerance(rtol, atol)
-    solver = check_precision(precision, solver_tol)
+    if solver_tol is not None and precision != "solver":
+        raise ValueError(
+            f"solver_tol applies to precision='solver' (an iterative solver's argmin); got "
+            f"precision={precision!r}"
+        )
+    solver = check_precision(precision, DEFAULT_SOLVER_TOL if solver_tol is None else solver_tol)
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
     if isinstance(golden, str) or not isinstance(golden, (bool, Iterable)):
@@ -332,7 +356,10 @@ def check(
             f"golden must be a bool or an iterable of case names; got {type(golden).__name__}"
         )
     if not golden and not hypothesis:
-        raise ValueError("nothing to check: golden and hypothesis are both off")
+        raise ValueError(
+            "nothing to check: no golden case and no generated example (golden=False and "
+            "generated=0; on the command line --golden none and --generated 0)"
+        )
     if not isinstance(keep_going, (bool, np.bool_)):
         raise TypeError(f"keep_going must be a bool; got {type(keep_going).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
@@ -381,11 +408,15 @@ def check(
                     )
                 )
         if n_golden + n_generated == 0:
+            g_out = sum(o.status == "outside" for o in outcomes if o.case.source == GOLDEN)
+            n_drawn = next_index if hypothesis else 0
             raise UsageError(
                 ValueError(
-                    f"nothing was compared for {target!r}: every case was skipped "
-                    f"({skipped}), outside your domain ({outside}) or rejected by fairagg; a "
-                    "check that compares nothing cannot conform"
+                    f"nothing was compared for {target!r}: of the golden cases, {skipped} set "
+                    f"another value of a fixed parameter and {g_out} are outside your domain "
+                    "(your code skipped them, or domain= excludes them); of the generated "
+                    f"examples drawn ({n_drawn}, redrawn while outside your domain or refused by "
+                    "fairagg), none was compared. A check that compares nothing cannot conform"
                 )
             )
         mismatch = None

@@ -28,7 +28,15 @@ from ._common import (
     is_assume,
     kind_of,
 )
-from ._compare import Bounds, Diff, another_optimum, close_bounded, differences, first_diff
+from ._compare import (
+    Bounds,
+    Diff,
+    all_finite,
+    another_optimum,
+    close_bounded,
+    differences,
+    first_diff,
+)
 from ._restate import Terms, terms_of
 
 
@@ -40,8 +48,9 @@ class Row:
     unique, and yours is one), ``"raised"`` (your code raised), ``"both refuse"`` (fairagg
     refuses the golden input, and so does your code), ``"not returned"`` (fairagg has this
     output and yours did not return it: it was not checked), ``"outside your domain"``,
-    ``"accepted: ..."`` (a declared difference) or ``"not compared"`` (a round after a
-    difference: it starts from your θ). ``max_abs`` and ``max_rel`` are the largest
+    ``"accepted: ..."`` (a declared difference) or ``"not compared (after a difference, from
+    your θ)"`` (your code ran the round from its own θ, which fairagg's does not start from).
+    ``max_abs`` and ``max_rel`` are the largest
     differences over the entries (None where not computed)."""
 
     case: str
@@ -77,6 +86,11 @@ class Outcome:
     @property
     def compared(self) -> bool:
         return self.status in ("agrees", "both refuse", "differs", "accepted")
+
+
+#: The verdict of a round after a difference: your code ran it (for the diagnosis), from your
+#: own θ, which fairagg's does not start from.
+AFTER = "not compared (after a difference, from your θ)"
 
 
 def _worker_call(thunk: Callable[[], Any]) -> Any:
@@ -491,7 +505,7 @@ class Checker:
     def _after(o: Outcome, t: int, rounds: int) -> None:
         """The rounds after a difference start from your θ, not fairagg's: not compared."""
         for u in range(t + 1, rounds):
-            o.rows.append(Row(o.case.label, u, "(round)", None, None, "", "not compared"))
+            o.rows.append(Row(o.case.label, u, "(round)", None, None, "", AFTER))
 
     # declared differences -----------------------------------------------------------------
     def agrees_with(self, o: Outcome, ref: Json, rounds: int | None = None) -> bool:
@@ -539,11 +553,7 @@ class Checker:
         assert o.diff is not None
         t = o.diff.round or 0
         got = o.yours[t] if t < len(o.yours) else {}
-        if not any(
-            np.any(np.isnan(np.asarray(v, dtype=np.float64)))
-            for v in got.values()
-            if np.asarray(v).dtype.kind in "biuf"
-        ):
+        if all_finite(got):
             return False
         src = o.case.inputs["rounds"][t] if self.kind == "rule" else o.case.inputs
         if not _zero_rows(src):

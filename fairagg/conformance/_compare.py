@@ -228,10 +228,10 @@ def all_finite(got: Json) -> bool:
     """Every numeric output in ``got`` is finite (non-numeric values are not judged here)."""
     for v in got.values():
         try:
-            a = np.asarray(v, dtype=np.float64)
+            a = np.asarray(v)
         except (TypeError, ValueError):
             continue
-        if not np.all(np.isfinite(a)):
+        if a.dtype.kind in "biuf" and not np.all(np.isfinite(a.astype(np.float64))):
             return False
     return True
 

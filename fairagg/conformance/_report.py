@@ -73,6 +73,7 @@ class Mismatch:
     params: Json
     causes: tuple[Cause, ...] = ()
     facts: tuple[str, ...] = ()
+    round_base: int = 0
 
     def __str__(self) -> str:
         with np.printoptions(precision=17, floatmode="unique", threshold=60, linewidth=100):
@@ -91,6 +92,8 @@ class Mismatch:
                 lines.append(f"  yours:   {_show(self.got)}")
                 lines.append(f"  fairagg: {_show(self.want)}")
             lines.append("  case:")
+            if self.round_base and "rounds" in self.inputs:
+                lines.append(f"    (your code received each round_index + {self.round_base})")
             lines += [f"    {k} = {_show(v)}" for k, v in self.inputs.items() if k != "rounds"]
             for t, r in enumerate(self.inputs.get("rounds", [])):
                 lines.append(f"    round {t}:")
@@ -145,6 +148,11 @@ class ConformanceReport:
     def __bool__(self) -> bool:
         return self.mismatch is None and not self.failed
 
+    @property
+    def conforms(self) -> bool:
+        """Whether everything agreed (``bool(report)``)."""
+        return bool(self)
+
     def __str__(self) -> str:
         parts = []
         if self.keep_going and self.rows:
@@ -192,6 +200,10 @@ class ConformanceReport:
         for r in self.rows:
             if r.case.startswith(GENERATED):
                 generated.setdefault((r.round, r.quantity), []).append(r)
+        # rounds in order, each round's quantities in the order they were first compared
+        first_seen = {key: i for i, key in enumerate(generated)}
+        generated = dict(sorted(generated.items(), key=lambda kv: (
+            -1 if kv[0][0] is None else kv[0][0], first_seen[kv[0]])))  # fmt: skip
         n_gen = len({r.case for r in self.rows if r.case.startswith(GENERATED)})
         gen_label = f"generated ({n_gen} examples)"
         w = max([len(r.case) for r in golden] + [len(gen_label), 4])

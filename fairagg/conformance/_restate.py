@@ -36,20 +36,15 @@ def qffl_terms(
     square: bool = True,
     with_eps: bool = True,
     with_L: bool = True,
-    shared_loss: float | None = None,
 ) -> dict[str, Any]:
     """q-FFL's step (Alg. 1 on updates, Alg. 3 on gradients), literally in float64.
 
     Switches: ``square=False`` the norm not squared; ``with_eps=False`` no loss offset;
-    ``with_L=False`` Δw_k = δ_k instead of L δ_k; ``shared_loss`` one F̃ for every client
-    (Flower's QFedAvg weighs every client by the server's loss of the global model)."""
+    ``with_L=False`` Δw_k = δ_k instead of L δ_k."""
     theta, U, F = np.asarray(params, float), np.asarray(updates, float), np.asarray(losses, float)
     L = 1.0 / lr
     Dw = L * U if (scale_by_L and with_L) else U.copy()
-    if shared_loss is not None:
-        Ft = np.full(F.shape, float(shared_loss))
-    else:
-        Ft = F + epsilon if with_eps else F.copy()
+    Ft = F + epsilon if with_eps else F.copy()
     with np.errstate(all="ignore"):
         Fq = np.ones_like(Ft) if q == 0 else Ft**q
         Delta = Fq[:, None] * Dw
@@ -58,7 +53,7 @@ def qffl_terms(
             norm = np.sqrt(norm)
         if static_step:
             h = np.full(F.size, L)
-        elif q == 0 and (with_eps or shared_loss is not None):
+        elif q == 0 and with_eps:
             h = L * Fq
         else:  # literally, as code without ε computes it (0 · 0^(−1) is NaN)
             h = q * Ft ** (q - 1) * norm + L * Fq
@@ -95,12 +90,13 @@ def project_terms(y: Any, total: float = 1.0, *, inclusive: bool = True) -> dict
 
 
 def clip_terms(y: Any, total: float = 1.0) -> dict[str, Any]:
-    """max(y, 0) rescaled to sum ``total`` (uniform where every entry is ≤ 0): a clip, not a
-    projection."""
+    """max(y, 0) rescaled to sum ``total``: a clip, not a projection. Where every entry is
+    ≤ 0 there is nothing to rescale, and code that clips does one of several things there
+    (0/0, uniform weights, an error): the mistake is not one computation, and says nothing."""
     x = np.maximum(np.asarray(y, float), 0.0)
     s = x.sum()
-    if s == 0:
-        return {"out": np.full(x.shape, total / x.size)}
+    if not s > 0:
+        raise ValueError("every entry is <= 0: nothing to rescale")
     return {"out": total * x / s}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._tolerance import DEFAULT_SOLVER_TOL, Tolerance, check_precision
 from .._worker import WorkerError, decode
-from ._checker import Row
+from ._checker import AFTER, Row
 from ._compare import close, differences
 from ._report import ConformanceReport
 
@@ -148,7 +148,7 @@ def compare_results(
         differs = False
         for t, (w, g) in pairs:
             if differs:
-                rows.append(Row(label, t, "(round)", None, None, "", "not compared"))
+                rows.append(Row(label, t, "(round)", None, None, "", AFTER))
                 continue
             for k, wv in w.items():
                 if tols is not None:
