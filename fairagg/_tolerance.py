@@ -211,18 +211,7 @@ def error_bound(
     """
     u = UNIT_ROUNDOFF[precision]
     rel = PERTURBATION * u
-    rounds_want = flat_outputs(want)
-    arrays: list[dict[str, np.ndarray]] = []
-    for r in rounds_want:
-        row = {}
-        for k, v in r.items():
-            try:
-                a = np.asarray(v)
-            except (TypeError, ValueError):
-                continue
-            if a.dtype.kind in "biuf":
-                row[k] = a
-        arrays.append(row)
+    arrays = [_numeric_row(r) for r in flat_outputs(want)]
     spread: dict[str, float] = {}
     scale: dict[str, float] = {}
     discrete: dict[str, bool] = {}
@@ -261,16 +250,23 @@ def error_bound(
     return out
 
 
+def _numeric_row(r: Json) -> dict[str, np.ndarray]:
+    """The numeric outputs of one round (or of a formula) as arrays."""
+    out = {}
+    for k, v in r.items():
+        try:
+            a = np.asarray(v)
+        except (TypeError, ValueError):
+            continue
+        if a.dtype.kind in "biuf":
+            out[k] = a
+    return out
+
+
 def _numeric(want: Json):  # type: ignore[no-untyped-def]
     """(name, array) of each numeric output of each round of ``want``."""
     for r in flat_outputs(want):
-        for k, v in r.items():
-            try:
-                a = np.asarray(v)
-            except (TypeError, ValueError):
-                continue
-            if a.dtype.kind in "biuf":
-                yield k, a
+        yield from _numeric_row(r).items()
 
 
 def output_kinds(want: Json) -> dict[str, bool]:

@@ -16,6 +16,7 @@ import pytest
 
 from fairagg import cli
 from fairagg.conformance import Adapter, check
+from tests.test_conformance import rule_factory
 from tests.workers import make_worker, planted, worker_command
 
 #: The modes of one check: golden and generated cases, stopping at the first difference or
@@ -370,27 +371,13 @@ def _returning(outputs: dict):
 # ------------------------------------------------ configuration mismatches, named with the flag
 def _fairagg_with(rule: str, **hyper: object):
     """fairagg's own rule with ``hyper`` set, whatever the check passes: code written for
-    another setting."""
-    import fairagg
-
-    known = fairagg.make_rule(rule).hyperparams
+    another setting. It returns the new parameters only, as most outside code does."""
+    inner = rule_factory(rule, **hyper)
 
     def factory(params, num_clients, **passed):
-        r = fairagg.make_rule(rule, **{**{k: v for k, v in passed.items() if k in known}, **hyper})
-        state = [r.init(np.asarray(params), num_clients)]
-
-        def step(params, num_samples, losses, accuracies, participations, client_ids, lr,
-                 round_index, num_clients, deltas=None, gradients=None):  # fmt: skip
-            reports = fairagg.make_reports(
-                deltas, num_samples, losses=losses, accuracies=accuracies,
-                participations=participations, client_ids=client_ids, round_index=round_index,
-                num_clients=num_clients, gradients=gradients, lr=lr,
-            )  # fmt: skip
-            agg = r.step(np.asarray(params), reports, state[0])
-            state[0] = agg.state
-            return agg.params
-
-        return step
+        step = inner(params, num_clients, **passed)
+        takes = set(inspect.signature(step).parameters)
+        return lambda **kw: step(**{k: v for k, v in kw.items() if k in takes})["params"]
 
     return factory
 
@@ -428,8 +415,7 @@ def test_a_float32_cast_inside_aaggff_s_is_named_as_float32():
 
     def factory(params, num_clients, **hyper):
         step = inner(params, num_clients, **hyper)
-        takes = set(inspect.signature(step).parameters)
-        return lambda **kw: step(**{k: v for k, v in kw.items() if k in takes}).astype(np.float32)
+        return lambda **kw: step(**kw).astype(np.float32)
 
     report = check(factory, "aaggff-s", adapter=Adapter(stateful=True), max_examples=EXAMPLES,
                    raise_on_mismatch=False)  # fmt: skip
