@@ -116,10 +116,12 @@ API = {
     ],
     "simplex.md": ["fairagg.simplex"],
     "online.md": ["fairagg.online"],
+    "pareto.md": ["fairagg.pareto"],
     "metrics.md": ["fairagg.metrics"],
     "data.md": ["fairagg.data"],
     "local.md": ["fairagg.local"],
-    "simulate.md": ["fairagg.simulate"],
+    "simulation.md": ["fairagg.simulation"],
+    "sampling.md": ["fairagg.sampling"],
     "kernels.md": ["fairagg.kernels"],
     "oracles.md": ["fairagg.oracles"],
     "vectors.md": ["fairagg.vectors"],
@@ -150,12 +152,6 @@ def api_page(page: str, modules: list[str]) -> str:
         lines += [
             "The repository's `models/` folder, installed as `fairagg.models` (listed here under",
             "its folder's name).",
-            "",
-        ]
-    if modules == ["fairagg"]:
-        lines += [
-            "`fairagg.simulate`, the function, shares its name with its module: it is documented",
-            "on [the simulate page](simulate.md), with `History` and `load_checkpoint`.",
             "",
         ]
     for mod in modules:
@@ -194,6 +190,10 @@ extra_javascript:
   - https://unpkg.com/mathjax@3/es5/tex-mml-chtml.js
 plugins:
   - search
+  # A rule's factory is rendered on its rule page and in the API reference: a cross-reference to
+  # it goes to the nearer of the two.
+  - autorefs:
+      resolve_closest: true
   - mkdocstrings:
       handlers:
         python:

@@ -14,7 +14,7 @@ from .rules.fedavg import (
     fedavg,
     fedavg_weights,
 )
-from .simulate import History, simulate
+from .simulation import History, simulate
 from .types import Aggregate, EmptyState, LocalSpec, RoundReports, Rule, make_reports
 
 __all__ = [
@@ -54,7 +54,7 @@ _SUBMODULES = frozenset(
         "rules",
         "sampling",
         "simplex",
-        "simulate",
+        "simulation",
         "types",
         "vectors",
     }

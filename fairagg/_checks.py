@@ -1,7 +1,7 @@
 """Input validation shared by every public function (DESIGN.md, "Bad input").
 
-Public functions validate once at the boundary and raise :class:`TypeError` (wrong kind of thing)
-or :class:`ValueError` (right kind, wrong value) with a message that names the argument, what was
+Public functions validate once at the boundary and raise ``TypeError`` (wrong kind of thing)
+or ``ValueError`` (right kind, wrong value) with a message that names the argument, what was
 expected and what was given. Nothing here uses ``assert``: checks must survive ``python -O``.
 Kernels behind these checks assume validated input.
 """
@@ -257,7 +257,7 @@ MAX_COUNT = int(np.iinfo(np.intp).max)
 
 def check_count(x: Any, name: str, *, low: int = 0, high: int | None = None) -> int:
     """Validate a count that sizes an array (clients, items, classes): an integer in
-    ``[low, high]`` and at most :data:`MAX_COUNT`."""
+    ``[low, high]`` and at most ``MAX_COUNT``."""
     return check_int(x, name, low=low, high=MAX_COUNT if high is None else min(high, MAX_COUNT))
 
 
@@ -268,7 +268,8 @@ def check_choice(x: Any, name: str, choices: Sequence[str]) -> str:
     return x
 
 
-#: What a federated dataset must have (the fields of :class:`fairagg.data.FederatedData`).
+#: What a federated dataset must have (the fields of
+#: [`fairagg.data.FederatedData`][fairagg.data.FederatedData]).
 FEDERATED_FIELDS = (
     "X_train",
     "y_train",

@@ -207,7 +207,7 @@ def error_bound(
         matrix): a perturbation may move them to another minimiser, so their spread says
         nothing of round-off; they get the relative part at their scale, and another
         minimiser is recognised by its optimality conditions instead
-        (:mod:`fairagg.conformance`).
+        ([`fairagg.conformance`][fairagg.conformance]).
     """
     u = UNIT_ROUNDOFF[precision]
     rel = PERTURBATION * u

@@ -125,8 +125,9 @@ def decode(value: Any) -> Any:
 class Worker:
     """A user's implementation running as a separate process (``fairagg check --cmd``).
 
-    Use it as ``check(Worker(cmd), target)`` or as a context manager; :meth:`close` ends the
-    process (it is also ended when the object is collected).
+    Use it as ``check(Worker(cmd), target)`` or as a context manager;
+    [`close`][fairagg.conformance.Worker.close] ends the process (it is also ended when the object
+    is collected).
 
     Parameters
     ----------

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import inspect
 import json
 import os
+import re
 import sys
 import textwrap
 import time
@@ -23,6 +25,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from . import __version__
+from ._settings import ExperimentSettings, SettingsError, check_setting, rule_kwargs
 from ._tolerance import DEFAULT_SOLVER_TOL
 from .metrics import fairness_summary
 from .report import REPORT_FILES
@@ -71,7 +74,13 @@ def _rule_list(text: str) -> list[str]:
     return names
 
 
+#: Words of a ``K=V`` value read as Python constants (any case); other words stay strings.
+_CONSTANTS = {"true": True, "false": False, "none": None, "null": None}
+
+
 def _rule_arg(text: str) -> tuple[str, Any]:
+    """``K=V``: V as an int, a float, true/false, none/null (the factory's default None, such
+    as q-FedAvg's L = 1/lr), else the string itself; the rule checks its type and range."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -80,23 +89,16 @@ def _rule_arg(text: str) -> tuple[str, Any]:
             return key, cast(raw)
         except ValueError:
             pass
-    return key, {"true": True, "false": False}.get(raw.lower(), raw)
+    return key, _CONSTANTS.get(raw.lower(), raw)
 
 
 def _rule_kwargs(pairs: Sequence[tuple[str, Any]], rule_name: str) -> dict[str, Any]:
     """Hyper-parameters for ``rule_name`` from ``--rule-arg``: ``K=V`` goes to every rule,
     ``RULE.K=V`` only to RULE."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        scope, dot, name = key.rpartition(".")
-        if not dot:
-            out[key] = value
-        elif scope == rule_name:
-            out[name] = value
-    return out
+    return rule_kwargs(pairs, rule_name)
 
 
-def _add_experiment_args(p: argparse.ArgumentParser) -> None:
+def _add_experiment_args(p: argparse.ArgumentParser, quiet: str = "no progress bar") -> None:
     from .data import DATA_SPECS
 
     g = p.add_argument_group("data")
@@ -149,7 +151,7 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
         help="hyper-parameter passed to every rule, or RULE.K=V to one rule only (e.g. "
         "qffl-eg.q=5); repeatable",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help=quiet)
 
 
 def _build_parser() -> _Parser:
@@ -199,7 +201,7 @@ def _build_parser() -> _Parser:
         metavar="FILE",
         help="run the configuration of a saved config.json; flags given beside it override",
     )
-    _add_experiment_args(run)
+    _add_experiment_args(run, quiet="print nothing unless the run fails (no progress bar)")
 
     cmp_ = sub.add_parser("compare", help="run several rules on identical data, samples, seeds")
     cmp_.add_argument(
@@ -229,6 +231,14 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="replace the comparison in --out (its files and runs/ are removed first)",
     )
+    cmp_.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="continue the comparison in DIR (interrupted or killed) as its config.json says: "
+        "each run from its checkpoint; runs that completed are kept, runs not begun are run",
+    )
     _add_experiment_args(cmp_)
 
     rules_p = sub.add_parser("rules", help="list the registered rules, or describe one")
@@ -246,11 +256,19 @@ def _build_parser() -> _Parser:
         description="Read saved runs (run folders, history files, or a compare folder) and "
         "write report.html (tables, plots, configurations), report.md, report.csv, curves.png "
         "and accuracy_distribution.png. Runs that differ only in their seed are one group "
-        "(mean ± std, shaded bands); other groups are put side by side.",
+        "(mean ± std, shaded bands); other groups are put side by side. A run that stopped "
+        "before its last round is reported with the rounds it completed and why it stopped. "
+        "A folder that holds a report is refused unless --overwrite.",
     )
     rep.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a run folder or history")
     rep.add_argument(
-        "--out", type=Path, default=Path("runs/report"), help="output folder (default: %(default)s)"
+        "--out",
+        type=Path,
+        default=Path("runs/report"),
+        help="output folder (default: %(default)s); a folder that holds a report is refused",
+    )
+    rep.add_argument(
+        "--overwrite", action="store_true", help="replace the report in --out (its own files)"
     )
     vec = sub.add_parser(
         "vectors",
@@ -387,58 +405,67 @@ def _build_parser() -> _Parser:
 
 
 # ------------------------------------------------------------------------------------------------
-def _check_args(args: argparse.Namespace) -> None:
-    """Range checks with the flags' own names, before any data is generated or file written."""
-    kpr = (
-        args.clients_per_round
-        if isinstance(args.clients_per_round, list)
-        else [args.clients_per_round]
-    )
-    checks = [
-        ("--clients", args.clients >= 1, "at least 1"),
-        (
-            "--clients-per-round",
-            all(1 <= k <= args.clients for k in kpr),
-            f"between 1 and --clients ({args.clients})",
-        ),
-        ("--rounds", args.rounds >= 1, "at least 1"),
-        ("--epochs", args.epochs >= 1, "at least 1"),
-        ("--batch", args.batch >= 1, "at least 1"),
-        ("--lr", np.isfinite(args.lr) and args.lr > 0, "a finite number > 0"),
-        ("--momentum", args.momentum is None or 0 <= args.momentum < 1, "in [0, 1)"),
-        ("--prox-mu", np.isfinite(args.prox_mu) and args.prox_mu >= 0, "a finite number >= 0"),
-        ("--l2", np.isfinite(args.l2) and args.l2 >= 0, "a finite number >= 0"),
-        ("--hidden", args.hidden >= 1, "at least 1"),
-        ("--eval-every", args.eval_every >= 1, "at least 1"),
-        ("--test-fraction", 0 < args.test_fraction < 1, "in (0, 1)"),
-        ("--data-seed", args.data_seed >= 0, ">= 0"),
-    ]
-    seeds = getattr(args, "seeds", None) or [args.seed]
-    checks.append(("--seed" if hasattr(args, "seed") else "--seeds", min(seeds) >= 0, ">= 0"))
-    for flag, ok, want in checks:
-        if not ok:
-            raise ValueError(f"{flag} must be {want}")
-    for flag, values in (
-        ("--rules", getattr(args, "rules", None)),
-        ("--seeds", getattr(args, "seeds", None)),
-        ("--clients-per-round", kpr if isinstance(args.clients_per_round, list) else None),
-    ):
-        twice = sorted({str(v) for v in values or () if list(values).count(v) > 1})
-        if twice:
-            raise ValueError(f"{flag} lists {', '.join(twice)} more than once")
-    rules = getattr(args, "rules", None) or [getattr(args, "rule", None)]
-    for name in rules:
-        if name in RULES and RULES[name].full_participation and any(k != args.clients for k in kpr):
-            raise ValueError(
-                f"--clients-per-round must equal --clients ({args.clients}) for {name}, which "
-                "needs every client every round"
-            )
-    for key, _ in getattr(args, "rule_arg", []):
+#: The fields of ExperimentSettings: the settings a run's config.json holds.
+_SETTINGS = tuple(f.name for f in dataclasses.fields(ExperimentSettings))
+
+
+def _flag(key: str, compare: bool) -> str:
+    """The flag that sets the setting ``key`` (compare's list flags for rule and seed)."""
+    if compare and key in ("rule", "seed"):
+        return f"--{key}s"
+    return "--" + key.replace("_", "-")
+
+
+def _setting_error(exc: SettingsError, origins: dict[str, str], compare: bool) -> ValueError:
+    """``exc`` as the command line says it: naming the flag, or the config file's entry
+    (``origins``: the label of each setting a config file gave)."""
+    if exc.key in origins:
+        label = origins[exc.key]
+        if exc.item is not None:
+            label = f"{label} entry {exc.item!r}"
+    else:
+        label = _flag(exc.key, compare)
+        if exc.item is not None:
+            label = f"{label} {exc.item}"
+    return ValueError(exc.named(label))
+
+
+def _check_args(
+    args: argparse.Namespace, origins: dict[str, str] | None = None
+) -> list[ExperimentSettings]:
+    """The validated settings of the runs ``args`` asks for (one for ``run``; for ``compare``
+    one per rule and K', and one per further seed), made before any data is generated or file
+    written; an invalid value is a ``ValueError`` naming its flag or, for a setting in
+    ``origins`` (key -> label), the config file's entry."""
+    origins = origins or {}
+    compare = isinstance(getattr(args, "rules", None), list)
+    rules = args.rules if compare else [args.rule]
+    kprs = args.clients_per_round if compare else [args.clients_per_round]
+    seeds = args.seeds if compare else [args.seed]
+    if compare:
+        for flag, values in (("--rules", rules), ("--seeds", seeds), ("--clients-per-round", kprs)):
+            twice = sorted({str(v) for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"{flag} lists {', '.join(twice)} more than once")
+    per_run = ("rule", "clients_per_round", "seed")
+    common = {k: getattr(args, k) for k in _SETTINGS if k not in per_run}
+    # every constraint between settings involves the rule or K', none the seed: each rule at
+    # each K', and each other seed once, check every combination the command runs
+    runs = [(r, k, seeds[0]) for r in rules for k in kprs]
+    runs += [(rules[0], kprs[0], s) for s in seeds[1:]]
+    made = []
+    for rule, kpr, seed in runs:
+        try:
+            made.append(ExperimentSettings(**common, rule=rule, clients_per_round=kpr, seed=seed))
+        except SettingsError as exc:
+            raise _setting_error(exc, origins, compare) from None
+    for key, _ in made[0].rule_arg:
         scope, dot, _ = key.rpartition(".")
         if dot and scope not in rules:
             raise ValueError(
                 f"--rule-arg {key}=...: {scope!r} is not one of the rules run ({', '.join(rules)})"
             )
+    return made
 
 
 def _make_experiment(args: argparse.Namespace):
@@ -468,7 +495,8 @@ _ROUNDS_HEADER = [
     "time_local_s",
     "time_aggregate_s",
 ]
-#: The unit of each key of :func:`fairagg.metrics.fairness_summary`, as printed.
+#: The unit of each key of [`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary],
+#: as printed.
 SUMMARY_UNITS = {
     "average": "% (weighted by test samples)",
     "client_mean": "% (unweighted)",
@@ -487,22 +515,53 @@ SUMMARY_UNITS = {
 }
 
 
-def _rounds_csv(path: Path, keep: int | None) -> Any:
-    """``rounds.csv`` opened for appending rows: new, or (``keep``) cut back to the rows of
-    the rounds a resumed run keeps, written to a temporary file and renamed over the old."""
-    if keep is None or not path.exists():
-        fh = open(path, "w", newline="")
-        csv.writer(fh).writerow(_ROUNDS_HEADER)
-        return fh
-    with open(path, newline="") as old:
-        rows = [r for r in csv.reader(old)][1:]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(_ROUNDS_HEADER)
-        w.writerows(r for r in rows if r and r[0].isdigit() and int(r[0]) <= keep)
-    tmp.replace(path)
-    return open(path, "a", newline="")
+def _rounds_row(t: int, test_accuracy, train_loss, time_local, time_aggregate, h) -> list[Any]:
+    """The rounds.csv row of round ``t`` (``test_accuracy`` and ``train_loss`` are None where
+    the round was not evaluated)."""
+    row: list[Any] = [int(t)]
+    if test_accuracy is not None:
+        s = fairness_summary(test_accuracy, h.num_test_samples)
+        row += [
+            f"{s[k]:.4f}" for k in ("average", "client_mean", "worst_10", "best_10", "variance")
+        ]
+        n = h.num_train_samples
+        row.append(f"{train_loss @ n / n.sum():.6f}")
+    else:
+        row += [""] * 6
+    return [*row, f"{float(time_local):.5f}", f"{float(time_aggregate):.6f}"]
+
+
+def _latest_rounds_row(h) -> list[Any]:
+    """The rounds.csv row of the round ``h`` recorded last."""
+    t = int(h.latest("round"))
+    evaluated = int(h.latest("eval_round")) == t
+    return _rounds_row(
+        t,
+        h.latest("test_accuracy") if evaluated else None,
+        h.latest("train_loss") if evaluated else None,
+        h.latest("time_local"),
+        h.latest("time_aggregate"),
+        h,
+    )
+
+
+def _write_rounds_csv(path: Path, h) -> None:
+    """Write rounds.csv with one row per round the history ``h`` holds, and nothing else: to a
+    temporary file renamed over ``path`` (an interruption leaves the old file or the new)."""
+    import io
+
+    from ._checkpoint import write_atomically
+
+    evals = {int(t): j for j, t in enumerate(h.eval_round.tolist())}
+    acc, loss = h.test_accuracy, h.train_loss
+    text = io.StringIO(newline="")
+    w = csv.writer(text)
+    w.writerow(_ROUNDS_HEADER)
+    for t, tl, ta in zip(h.round, h.time_local, h.time_aggregate, strict=True):
+        j = evals.get(int(t))
+        evaluated = (acc[j], loss[j]) if j is not None else (None, None)
+        w.writerow(_rounds_row(t, *evaluated, tl, ta, h))
+    write_atomically(path, lambda fh: fh.write(text.getvalue().encode("utf-8")))
 
 
 def _run_one(
@@ -518,58 +577,58 @@ def _run_one(
     resume: bool = False,
 ):
     """One simulation that streams its per-round CSV to ``out``, keeps a checkpoint there and
-    saves its history; ``resume`` continues it from the checkpoint."""
+    saves its history; ``resume`` continues it from the checkpoint.
+
+    rounds.csv always holds the rounds the run recorded, once each: a resumed run rebuilds it
+    from the checkpoint's history (not from the old rows, which may hold a round the checkpoint
+    does not, or miss one it does), appends a row after each round, and rewrites it from the
+    history (the rounds completed) when the run ends, however it ends."""
     from .rules import make_rule
-    from .simulate import History, load_checkpoint, simulate
+    from .simulation import History, load_checkpoint, simulate
 
     rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))
     history = History()
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{label}rounds.csv"
-    ckpt = out / f"{label}checkpoint.pkl"
-    keep = load_checkpoint(ckpt)["round"] if resume else None
-    with _rounds_csv(csv_path, keep) as fh:
+    ckpt = out / f"{label}{CHECKPOINT_FILE}"
+    saved = load_checkpoint(ckpt)["history"] if resume and ckpt.exists() else History()
+    _write_rounds_csv(csv_path, saved)
+    fh = open(csv_path, "a", newline="")
+    try:
         writer = csv.writer(fh)
 
         def on_round(h: History) -> None:
-            t = int(h.latest("round"))
-            row: list[Any] = [t]
-            if int(h.latest("eval_round")) == t:
-                s = fairness_summary(h.latest("test_accuracy"), h.num_test_samples)
-                keys = ("average", "client_mean", "worst_10", "best_10", "variance")
-                row += [f"{s[k]:.4f}" for k in keys]
-                n = h.num_train_samples
-                row.append(f"{h.latest('train_loss') @ n / n.sum():.6f}")
-            else:
-                row += [""] * 6
-            row += [f"{h.latest('time_local'):.5f}", f"{h.latest('time_aggregate'):.6f}"]
-            writer.writerow(row)
+            writer.writerow(_latest_rounds_row(h))
             fh.flush()
 
-        try:
-            simulate(
-                rule,
-                model,
-                data,
-                rounds=args.rounds,
-                clients_per_round=k_per_round,
-                epochs=args.epochs,
-                batch_size=args.batch,
-                lr=args.lr,
-                momentum=args.momentum,
-                prox_mu=args.prox_mu,
-                sampling=args.sampling,
-                seed=seed,
-                eval_every=args.eval_every,
-                history=history,
-                callback=on_round,
-                progress=not args.quiet and sys.stderr.isatty(),
-                checkpoint=ckpt,
-                resume=resume,
-            )
-        finally:
+        simulate(
+            rule,
+            model,
+            data,
+            rounds=args.rounds,
+            clients_per_round=k_per_round,
+            epochs=args.epochs,
+            batch_size=args.batch,
+            lr=args.lr,
+            momentum=args.momentum,
+            prox_mu=args.prox_mu,
+            sampling=args.sampling,
+            seed=seed,
+            eval_every=args.eval_every,
+            history=history,
+            callback=on_round,
+            progress=not args.quiet and sys.stderr.isatty(),
+            checkpoint=ckpt,
+            resume=resume,
+        )
+    finally:
+        fh.close()
+        if history.num_test_samples is not None:  # simulate began (or resumed) the run
             history.config.update(data=args.data, data_seed=args.data_seed)
-            history.save(out / f"{label}history.npz")
+            try:
+                history.save(out / f"{label}history.npz")
+            finally:
+                _write_rounds_csv(csv_path, history)
     return history
 
 
@@ -630,21 +689,29 @@ EXPERIMENT_RULE_ARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _experiment_rule_args(args: argparse.Namespace, rules: Sequence[str]) -> None:
-    """Add :data:`EXPERIMENT_RULE_ARGS` to ``args.rule_arg`` where the user did not set them."""
+def _experiment_rule_args(
+    args: argparse.Namespace, rules: Sequence[str], *, say: Any = print
+) -> None:
+    """Add ``EXPERIMENT_RULE_ARGS`` to ``args.rule_arg`` where the user did not set them,
+    each said (with ``say``) on standard error."""
     given = {key for key, _ in args.rule_arg}
     for rule in rules:
         for key, value in EXPERIMENT_RULE_ARGS.get(rule, {}).items():
             if key in given or f"{rule}.{key}" in given:
                 continue
             args.rule_arg.append((f"{rule}.{key}", value))
-            print(
+            say(
                 f"{rule}: {key} = {value} in this experiment (--rule-arg {rule}.{key}=VALUE "
                 "to change it; see the docs' Results page, default runs)",
                 file=sys.stderr,
             )
 
 
+#: The checkpoint of a run folder (``{label}checkpoint.npz`` in a comparison's runs/): data only,
+#: see [`fairagg.simulation.load_checkpoint`][fairagg.simulation.load_checkpoint].
+CHECKPOINT_FILE = "checkpoint.npz"
+#: The pickle checkpoint of older versions: refused, never loaded; removed by --overwrite.
+LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"
 #: The files ``fairagg run`` writes into its folder (and removes first with --overwrite).
 RUN_FILES = (
     "config.json",
@@ -652,7 +719,8 @@ RUN_FILES = (
     "clients.csv",
     "summary.json",
     "history.npz",
-    "checkpoint.pkl",
+    CHECKPOINT_FILE,
+    LEGACY_CHECKPOINT_FILE,
     "acf.png",
     *REPORT_FILES,  # the run's own report, curves.png and accuracy_distribution.png among them
 )
@@ -660,16 +728,17 @@ RUN_FILES = (
 _NOT_SETTINGS = ("command", "out", "overwrite", "resume", "config", "quiet")
 
 
-def _explicit(argv: Sequence[str] | None) -> set[str]:
-    """The ``run`` options given on the command line (not their defaults)."""
+def _explicit(argv: Sequence[str] | None, command: str = "run") -> set[str]:
+    """The options of ``command`` given on the command line (not their defaults)."""
     parser = _build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for action in sub.choices["run"]._actions:
+    for action in sub.choices[command]._actions:
         action.default = argparse.SUPPRESS
     return set(vars(parser.parse_args(argv))) - {"command"}
 
 
 def _read_config(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object of a run's config.json at ``path`` (given by the flag ``what``)."""
     if not path.is_file():
         raise ValueError(f"{what}: no such file: {path}")
     try:
@@ -681,17 +750,69 @@ def _read_config(path: Path, what: str) -> dict[str, Any]:
     return config
 
 
-def _apply_config(args: argparse.Namespace, config: dict[str, Any], keep: set[str], what: str):
-    """Set ``args`` from a saved config, except the options in ``keep`` (given explicitly)."""
-    known = set(vars(args))
+def _apply_config(
+    args: argparse.Namespace, config: dict[str, Any], keep: set[str], what: str
+) -> dict[str, str]:
+    """Set ``args`` from a saved config, except the options in ``keep`` (given explicitly).
+
+    Each entry is checked on its own as it is read (its type and range, by the schema of
+    ``ExperimentSettings``), so that nothing downstream meets a value of the wrong type; the
+    settings as a whole are checked by ``_check_args``. Returns the label of each setting the
+    config gave (``--config: 'rounds'``), for its errors there."""
+    origins: dict[str, str] = {}
     for key, value in config.items():
         if key in _NOT_SETTINGS or key in keep:
             continue
-        if key not in known:
-            raise ValueError(f"{what}: unknown setting {key!r} in the config")
-        if key == "rule_arg":
-            value = list(value.items()) if isinstance(value, dict) else value
-        setattr(args, key, value)
+        label = f"{what}: {key!r}"
+        if key not in _SETTINGS:
+            raise ValueError(
+                f"{what}: unknown setting {key!r} in the config (settings: {', '.join(_SETTINGS)})"
+            )
+        try:
+            value = check_setting(key, value)
+        except SettingsError as exc:
+            raise _setting_error(exc, {key: label}, False) from None
+        setattr(args, key, list(value) if key == "rule_arg" else value)
+        origins[key] = label
+    return origins
+
+
+def _quiet(*args: Any, **kwargs: Any) -> None:
+    """``print`` under --quiet: nothing."""
+
+
+def _resumed_rounds(folder: Path) -> int:
+    """The rounds the run in ``folder`` (``--resume``) holds: its checkpoint's, or 0 for a run
+    stopped before its first checkpoint, which recorded no round."""
+    from .simulation import History, load_checkpoint
+
+    ckpt = folder / CHECKPOINT_FILE
+    if ckpt.is_file():
+        try:
+            return int(load_checkpoint(ckpt)["round"])
+        except ValueError as exc:
+            raise ValueError(f"--resume: {exc}") from None
+    if (folder / LEGACY_CHECKPOINT_FILE).exists():
+        raise ValueError(
+            f"--resume: {folder} holds {LEGACY_CHECKPOINT_FILE}, an older fairagg's checkpoint: a "
+            "pickle, which fairagg never loads (unpickling runs whatever code the file names); "
+            f"run it again with --config {folder / 'config.json'} --out {folder} --overwrite"
+        )
+    recorded = 0
+    if (folder / "history.npz").is_file():
+        try:
+            recorded = History.load(folder / "history.npz").num_rounds
+        except ValueError as exc:
+            raise ValueError(f"--resume: {exc}") from None
+    if (folder / "rounds.csv").is_file():
+        with open(folder / "rounds.csv", newline="") as fh:
+            recorded = max(recorded, sum(1 for _ in fh) - 1)
+    if recorded:
+        raise ValueError(
+            f"--resume: {folder} has no {CHECKPOINT_FILE} to continue from (its files hold "
+            f"{recorded} rounds)"
+        )
+    return 0  # stopped before its first checkpoint: it starts again from round 1
 
 
 def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
@@ -707,11 +828,37 @@ def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
         )
 
 
+def _write_summary(out: Path, h) -> None:
+    """``summary.json``: what the run did (its status, the rounds asked and completed, the round
+    of its last evaluation; ``fairagg.report.run_state``), then the
+    [`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary] of that evaluation (none
+    without one)."""
+    from ._checkpoint import write_atomically
+    from .report import run_state
+
+    record = {**run_state(h), **(h.summary() if h._rows["test_accuracy"] else {})}
+    text = json.dumps(record, indent=2) + "\n"
+    write_atomically(out / "summary.json", lambda fh: fh.write(text.encode("utf-8")))
+
+
+def _write_stopped_summary(out: Path, exc: BaseException) -> None:
+    """``summary.json`` of a run that stopped on ``exc`` (Ctrl-C, divergence), from the history
+    it carries; the exception itself is left to propagate."""
+    h = getattr(exc, "history", None)
+    if h is None or h.num_test_samples is None:  # stopped before the run began
+        return
+    try:
+        _write_summary(out, h)
+    except Exception as err:  # noqa: BLE001 - keep the run's own error
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"fairagg: summary.json could not be written: {err}")
+
+
 def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     from .plots import plot_acf
-    from .rules import make_rule
 
     explicit = set() if explicit is None else explicit
+    origins: dict[str, str] = {}  # the settings a config file gave, for their errors
     resume = args.resume is not None
     if resume:
         others = sorted(explicit - {"resume", "rounds", "quiet"})
@@ -721,43 +868,38 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
                 f"--resume continues the run as its config.json says; only --rounds and "
                 f"--quiet may go with it (got {flags})"
             )
-        _apply_config(args, _read_config(args.resume / "config.json", "--resume"),
-                      explicit, "--resume")  # fmt: skip
-        if not (args.resume / "checkpoint.pkl").is_file():
-            raise ValueError(f"--resume: {args.resume} has no checkpoint.pkl to continue from")
-        from .simulate import load_checkpoint
-
-        done = load_checkpoint(args.resume / "checkpoint.pkl")["round"]
+        origins = _apply_config(args, _read_config(args.resume / "config.json", "--resume"),
+                                explicit, "--resume")  # fmt: skip
+        done = _resumed_rounds(args.resume)
         if args.rounds < done:  # before config.json is rewritten with --rounds
             raise ValueError(
                 f"--rounds {args.rounds} is fewer than the {done} rounds {args.resume} holds"
             )
         args.out = args.resume
     elif args.config is not None:
-        _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
+        origins = _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
     if args.out is None:
         args.out = Path("runs") / f"{args.rule}-s{args.seed}"
+    say = _quiet if args.quiet else print  # --quiet: nothing on success
+    notes: list[str] = []  # said once every check has passed: an error is then the only line
     if (
         RULES[args.rule].full_participation
         and "clients_per_round" not in explicit
         and args.clients_per_round != args.clients
     ):
-        print(
-            f"{args.rule} takes every client in every round: --clients-per-round {args.clients}",
-            file=sys.stderr,
+        notes.append(
+            f"{args.rule} takes every client in every round: --clients-per-round {args.clients}"
         )
         args.clients_per_round = args.clients
     rule_name = args.rule
     out: Path = args.out
     if not resume:  # a resumed run's config.json holds them already
-        _experiment_rule_args(args, [rule_name])
-    _check_args(args)
-    from .simulate import _client_momentum
-
-    rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))  # a bad --rule-arg
-    _client_momentum(args.momentum, rule.local, rule.name)  # --momentum against the rule's
+        _experiment_rule_args(args, [rule_name], say=lambda text, **_: notes.append(text))
+    _check_args(args, origins)  # every setting, the rule's hyper-parameters among them
     _check_out(out, overwrite=args.overwrite, resume=resume)
     data, model = _make_experiment(args)
+    for text in notes:
+        say(text, file=sys.stderr)
     if args.overwrite:
         for f in RUN_FILES:
             (out / f).unlink(missing_ok=True)
@@ -772,32 +914,40 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     tmp = out / ".config.json.tmp"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
     tmp.replace(out / "config.json")
-    print(
+    say(
         f"{data.name}: {data.num_clients} clients, {int(data.num_train_samples.sum())} train / "
         f"{int(data.num_test_samples.sum())} test samples; model {model!r}",
         file=sys.stderr,
     )
     t0 = time.perf_counter()
-    h = _run_one(
-        args, data, model, rule_name, args.clients_per_round, args.seed, out, "", resume=resume
-    )
+    try:
+        h = _run_one(
+            args, data, model, rule_name, args.clients_per_round, args.seed, out, "", resume=resume
+        )
+    except BaseException as exc:  # summary.json says where the run stopped, never a stale end
+        _write_stopped_summary(out, exc)
+        raise
+    elapsed = time.perf_counter() - t0
     summary = h.summary()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_summary(out, h)
     _write_client_csv(out / "clients.csv", data, h)
     from .report import write_report
 
     write_report([out / "history.npz"], out)  # curves.png, accuracy_distribution.png, report.*
     plot_acf({rule_name: h}, out / "acf.png")
     rows = [[k, _fmt(v, ".4f"), SUMMARY_UNITS.get(k, "")] for k, v in summary.items()]
-    print(
-        f"\n{rule_name} after {h.num_rounds} rounds ({time.perf_counter() - t0:.1f} s), over "
+    # a resumed run's time is that of its new rounds only: said so, beside the rounds in all
+    new = h.num_rounds - done if resume else h.num_rounds
+    took = f"{new} new in {elapsed:.1f} s, from round {done}" if resume else f"{elapsed:.1f} s"
+    say(
+        f"\n{rule_name} after {h.num_rounds} rounds ({took}), over "
         f"{data.num_clients} clients' test splits:"
     )
-    print(_table(rows, ["metric", "value", "unit"]))
+    say(_table(rows, ["metric", "value", "unit"]))
     for line in _collapse(h):
-        print(f"warning: {line}")
-    print(
-        f"\nwrote {out}/: config.json rounds.csv checkpoint.pkl clients.csv summary.json "
+        say(f"warning: {line}")
+    say(
+        f"\nwrote {out}/: config.json rounds.csv {CHECKPOINT_FILE} clients.csv summary.json "
         "history.npz report.html report.md report.csv curves.png accuracy_distribution.png acf.png"
     )
     return 0
@@ -806,7 +956,12 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
 #: What ``fairagg compare`` writes into its folder, besides its runs/ folder.
 COMPARE_FILES = ("config.json", "summary.csv", "table.txt", "acf.png", *REPORT_FILES)
 #: The suffixes of the files of one run in compare's runs/ folder.
-_COMPARE_RUN_SUFFIXES = ("-rounds.csv", "-history.npz", "-checkpoint.pkl")
+_COMPARE_RUN_SUFFIXES = (
+    "-rounds.csv",
+    "-history.npz",
+    f"-{CHECKPOINT_FILE}",
+    f"-{LEGACY_CHECKPOINT_FILE}",
+)
 
 
 def _check_compare_out(out: Path, *, overwrite: bool) -> None:
@@ -833,11 +988,18 @@ def _remove_compare(out: Path) -> None:
 
 
 def _check_out_path(out: Path) -> None:
-    """--out must be a folder or a path where one can be made (no file on the way)."""
+    """--out must be a folder or a path where one can be made: no file on the way, and the
+    nearest folder that exists writable (a folder the file system refuses to make is said when
+    it is made: ``main`` names --out in that error)."""
     for parent in [out, *out.parents]:
         if parent.exists() and not parent.is_dir():
             what = "is" if parent == out else f"is inside {parent}, which is"
             raise ValueError(f"--out: {out} {what} a file, not a folder")
+        if parent.is_dir():
+            if not os.access(parent, os.W_OK | os.X_OK):
+                where = "" if parent == out else f": {parent} is not writable"
+                raise ValueError(f"--out: cannot write to {out}{where}")
+            break
 
 
 def _collapse(h) -> list[str]:
@@ -852,33 +1014,177 @@ def _collapse(h) -> list[str]:
     return out
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from .plots import plot_acf
+#: Entries of a comparison's config.json that are not settings of the comparison.
+_NOT_COMPARE_SETTINGS = ("command", "out", "overwrite", "resume", "quiet")
 
-    out: Path = args.out
-    _check_args(args)
-    _check_compare_out(out, overwrite=args.overwrite)
-    _experiment_rule_args(args, args.rules)
-    data, model = _make_experiment(args)
-    if args.overwrite:
-        _remove_compare(out)
-    out.mkdir(parents=True, exist_ok=True)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    config["rule_arg"] = dict(args.rule_arg)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    print(f"{data.name}: {data.num_clients} clients; model {model!r}", file=sys.stderr)
-    records: list[dict[str, Any]] = []
-    first: dict[str, Any] = {}
+
+def _stored_compare_args(folder: Path) -> argparse.Namespace:
+    """The settings of the comparison in ``folder``, read from its config.json and checked as
+    the command line checks them (each entry is given to the ``compare`` parser as its flag)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--resume: {folder} holds no comparison (no config.json)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--resume: {path} is not a comparison's config.json ({exc})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("rules"), list):
+        raise ValueError(f"--resume: {path} is not a comparison's config.json (no rules)")
+    argv = []
+    for key, value in config.items():
+        if key in _NOT_COMPARE_SETTINGS or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key == "rule_arg" and isinstance(value, dict):
+            argv += [f"{flag}={k}={v}" for k, v in value.items()]
+        elif isinstance(value, list):
+            argv.append(f"{flag}={','.join(map(str, value))}")
+        else:
+            argv.append(f"{flag}={value}")
+    parser = _build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cmp_ = sub.choices["compare"]
+
+    def refuse(message: str) -> NoReturn:
+        raise ValueError(f"--resume: {path} does not hold valid settings: {message}")
+
+    cmp_.error = refuse  # type: ignore[method-assign]
+    stored = cmp_.parse_args(argv)
+    try:
+        _check_args(stored)
+    except ValueError as exc:
+        refuse(str(exc))
+    return stored
+
+
+def _resume_compare_args(args: argparse.Namespace, explicit: set[str]) -> None:
+    """Set ``args`` to the settings of the comparison ``args.resume`` continues; a flag given
+    beside ``--resume`` must say what its config.json says."""
+    folder: Path = args.resume
+    if "overwrite" in explicit:
+        raise ValueError("--overwrite and --resume: give one (--overwrite removes the runs)")
+    stored = _stored_compare_args(folder)
+    differ = []
+    for key in sorted(explicit - {"resume", "quiet", "overwrite"}):
+        flag = "--" + key.replace("_", "-")
+        mine, theirs = getattr(args, key), getattr(stored, key, None)
+        if key == "out":
+            theirs = folder
+            same = mine.resolve() == folder.resolve()
+        elif key == "rule_arg":
+            saved = dict(theirs)
+            same = all(k in saved and saved[k] == v for k, v in mine)
+            mine = " ".join(f"{k}={v}" for k, v in mine)
+            theirs = " ".join(f"{k}={v}" for k, v in saved.items())
+        else:
+            same = mine == theirs
+        if not same:
+            show = [",".join(map(str, v)) if isinstance(v, list) else v for v in (mine, theirs)]
+            differ.append(f"{flag} {show[0]} (config.json: {show[1]})")
+    if differ:
+        raise ValueError(
+            f"--resume continues the comparison as {folder / 'config.json'} says; only --quiet "
+            f"may differ, got {'; '.join(differ)}"
+        )
+    for key, value in vars(stored).items():
+        if key not in _NOT_COMPARE_SETTINGS:
+            setattr(args, key, value)
+    args.out = folder
+
+
+def _continue_one(args, data, model, rule_name: str, k_per_round: int, seed: int, out: Path,
+                  label: str):  # fmt: skip
+    """A run of a resumed comparison: the saved history of a run that completed its rounds,
+    else the run continued from its checkpoint, or begun where it has none."""
+    from .simulation import History
+
+    try:
+        h = History.load(out / f"{label}history.npz")
+    except (OSError, ValueError):  # none, or one cut short by a kill: the checkpoint decides
+        h = None
+    want = {"rule": rule_name, "clients_per_round": k_per_round, "seed": seed,
+            "rounds": args.rounds}  # fmt: skip
+    if (
+        h is not None
+        and h.status == "completed"
+        and h.num_rounds == args.rounds
+        and all(h.config.get(k) == v for k, v in want.items())
+    ):
+        return h
+    resume = (out / f"{label}{CHECKPOINT_FILE}").is_file()
+    return _run_one(args, data, model, rule_name, k_per_round, seed, out, label, resume=resume)
+
+
+def _compare_progress(args: argparse.Namespace, runs: Path) -> str:
+    """How far the comparison in ``runs`` got: runs completed, to continue, not begun."""
+    from .simulation import History
+
+    done = begun = 0
     for kpr in args.clients_per_round:
         for seed in args.seeds:
             for rule_name in args.rules:
                 label = f"{rule_name}-k{kpr}-s{seed}-"
-                h = _run_one(args, data, model, rule_name, kpr, seed, out / "runs", label)
-                records.append(
-                    {"rule": rule_name, "clients_per_round": kpr, "seed": seed, **h.summary()}
-                )
-                if kpr == args.clients_per_round[0] and seed == args.seeds[0]:
-                    first[rule_name] = h
+                try:
+                    completed = History.load(runs / f"{label}history.npz").status == "completed"
+                except (OSError, ValueError):
+                    completed = False
+                if completed:
+                    done += 1
+                elif (runs / f"{label}{CHECKPOINT_FILE}").is_file():
+                    begun += 1
+    n = len(args.clients_per_round) * len(args.seeds) * len(args.rules)
+    return f"{done} of {n} runs completed, {begun} to continue, {n - done - begun} to begin"
+
+
+def _cmd_compare(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
+    from .plots import plot_acf
+
+    resume = getattr(args, "resume", None) is not None
+    if resume:
+        _resume_compare_args(args, set() if explicit is None else explicit)
+    out: Path = args.out
+    notes: list[str] = []
+    _check_args(args)
+    if resume:
+        _check_out_path(out)
+    else:
+        _check_compare_out(out, overwrite=args.overwrite)
+        # a resumed comparison's config.json has them; said once the data is made
+        _experiment_rule_args(args, args.rules, say=lambda text, **_: notes.append(text))
+    data, model = _make_experiment(args)
+    for text in notes:
+        print(text, file=sys.stderr)
+    if args.overwrite:
+        _remove_compare(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        config = {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k != "resume"
+        }
+        config["rule_arg"] = dict(args.rule_arg)
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    print(f"{data.name}: {data.num_clients} clients; model {model!r}", file=sys.stderr)
+    if resume:
+        print(f"--resume {out}: {_compare_progress(args, out / 'runs')}", file=sys.stderr)
+    records: list[dict[str, Any]] = []
+    first: dict[str, Any] = {}
+    run = _continue_one if resume else _run_one
+    try:
+        for kpr in args.clients_per_round:
+            for seed in args.seeds:
+                for rule_name in args.rules:
+                    label = f"{rule_name}-k{kpr}-s{seed}-"
+                    h = run(args, data, model, rule_name, kpr, seed, out / "runs", label)
+                    records.append(
+                        {"rule": rule_name, "clients_per_round": kpr, "seed": seed, **h.summary()}
+                    )
+                    if kpr == args.clients_per_round[0] and seed == args.seeds[0]:
+                        first[rule_name] = h
+    except KeyboardInterrupt:
+        print(f"fairagg compare --resume {out} continues the comparison", file=sys.stderr)
+        raise
     keys = [k for k in records[0] if k not in ("rule", "clients_per_round", "seed")]
     with open(out / "summary.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["rule", "clients_per_round", "seed", *keys])
@@ -936,8 +1242,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .report import find_runs, write_report
 
+    find_runs(args.runs)  # a bad RUN before the folder
+    _check_out_path(args.out)
+    held = [f for f in REPORT_FILES if (args.out / f).exists()]
+    if held and not args.overwrite:
+        raise ValueError(
+            f"--out: {args.out} already holds a report ({', '.join(held[:3])}); pass "
+            "--overwrite to replace it"
+        )
     paths = write_report(args.runs, args.out)
     print(f"wrote {args.out}/: {' '.join(p.name for p in paths)}")
     return 0
@@ -971,6 +1285,16 @@ def _doc_parameters(doc: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+#: A docstring's cross-reference to the docs site, ``[`name`][fairagg.path]``.
+_XREF = re.compile(r"\[`?([^\]`]+?)`?\]\[[\w.]+\]")
+
+
+def _plain(text: str) -> str:
+    """``text`` of a docstring as the terminal shows it: a cross-reference is its name alone and
+    a literal (````name````) loses its backticks."""
+    return _XREF.sub(r"\1", text).replace("``", "")
+
+
 def _wrap(text: str, indent: str, width: int = 100) -> str:
     return textwrap.fill(
         text, width=width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
@@ -981,11 +1305,11 @@ def _describe_rule(name: str) -> str:
     spec = RULES[name]
     params = inspect.signature(spec.factory).parameters
     docs = _doc_parameters(spec.factory.__doc__ or "")
-    first = inspect.cleandoc(spec.factory.__doc__ or "").splitlines()[0]
+    first = " ".join(inspect.cleandoc(spec.factory.__doc__ or "").split("\n\n")[0].split())
     who = "every client, every round" if spec.full_participation else "any clients per round"
     lines = [
         _wrap(f"{name}: {spec.summary}", ""),
-        _wrap(f"{spec.paper}, {spec.equations}. {first}", "  "),
+        _wrap(f"{spec.paper}, {spec.equations}. {_plain(first)}", "  "),
         f"  reports: {', '.join(('deltas', 'num_samples', *spec.needs))}; clients: {who}",
         "",
         "hyper-parameters (--rule-arg NAME=VALUE):",
@@ -995,7 +1319,17 @@ def _describe_rule(name: str) -> str:
         kind, text = docs.get(p.name, ("", ""))
         lines.append(f"  {p.name} = {default}" + (f"    ({kind})" if kind else ""))
         if text:
-            lines.append(_wrap(text.replace("``", ""), "      "))
+            lines.append(_wrap(_plain(text), "      "))
+    for key, value in EXPERIMENT_RULE_ARGS.get(name, {}).items():
+        lines += [
+            "",
+            _wrap(
+                f"fairagg run and fairagg compare set {key} = {value!r}, not the default "
+                f"{params[key].default!r} above, unless --rule-arg sets it (--rule-arg "
+                f"{name}.{key}=none for the default; why: the docs' Results page, default runs)",
+                "",
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -1018,22 +1352,39 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
     from . import vectors
 
     _check_out_path(args.out)
+    if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+        raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed must be >= 0; got {args.seed}")
+    if args.compare is not None and args.check:
+        raise ValueError("--compare and --check are two different checks: give one")
+    if args.compare is not None and not args.compare.is_file():
+        what = "is a folder, not a file" if args.compare.is_dir() else "no such file"
+        raise ValueError(f"--compare: {args.compare}: {what}")
+    if args.compare is not None or args.check:
+        if not (args.out / "index.json").is_file():
+            raise ValueError(
+                f"--out {args.out} holds no golden vectors (no index.json): fairagg vectors "
+                "--out DIR writes a set, and a clone of the repository holds one in tests/golden"
+            )
     if args.compare is not None:
-        if args.check:
-            raise ValueError("--compare and --check are two different checks: give one")
         from .conformance import compare_results
 
-        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
-            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
-        report = compare_results(
-            args.compare, args.out, precision=args.precision, solver_tol=args.solver_tol
-        )
+        try:
+            report = compare_results(
+                args.compare, args.out, precision=args.precision, solver_tol=args.solver_tol
+            )
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"--compare: {args.compare} is not JSON text ({exc})") from None
+        except ValueError as exc:  # the results file's own errors say "results: ..."
+            text = str(exc)
+            if text.startswith("results: "):
+                raise ValueError(f"--compare {args.compare}: {text[9:]}") from None
+            raise
         print(report)
         return 1 if report.failed else 0
 
     if args.check:
-        if not (args.out / "index.json").is_file():
-            raise ValueError(f"--out {args.out} holds no golden vectors (no index.json)")
         checks = vectors.compare_vectors(args.out)
         for c in checks:
             for line in c.fails:
@@ -1055,8 +1406,6 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
         )
         return 1 if bad else 0
     seed = vectors.DEFAULT_SEED if args.seed is None else args.seed
-    if seed < 0:
-        raise ValueError(f"--seed must be >= 0; got {seed}")
     paths = vectors.write_vectors(args.out, seed)
     print(f"wrote {len(paths)} cases to {args.out} (index.json, schema.json)")
     return 0
@@ -1073,12 +1422,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 0
     if args.target is None:
         raise ValueError("check needs a TARGET (fairagg check --list names them)")
+    try:
+        described = conformance.describe(args.target)  # an unknown target, before the worker
+    except ValueError as exc:
+        raise _check_flag_error(exc) from None
     if args.describe:
-        print(conformance.describe(args.target))
+        print(described)
         return 0
     if args.cmd is None:
         raise ValueError("check needs --cmd COMMAND, the command that starts your worker")
-    conformance.describe(args.target)  # an unknown target, before the worker starts
+    for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"{flag} must be a finite number >= 0; got {value}")
+    if not (np.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a finite number of seconds > 0; got {args.timeout}")
     if args.generated < 0:
         raise ValueError(f"--generated must be >= 0; got {args.generated}")
     if args.seed < 0:
@@ -1121,10 +1478,52 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 accept=args.accept,
                 **tol,
             )
-    except (conformance.WorkerError, TypeError) as exc:
-        raise ValueError(str(exc)) from None
+    except (conformance.WorkerError, TypeError, ValueError) as exc:
+        raise _check_flag_error(ValueError(str(exc))) from None
     print(report)
     return 0 if report else 1
+
+
+#: How the conformance harness names its arguments, and the flags of ``fairagg check`` that
+#: give them.
+_CHECK_NAMES = (
+    ("command ", "--cmd "),
+    ("cannot start the worker", "--cmd: cannot start the worker"),
+    ("params: ", "--param: "),
+    ("accept: ", "--accept: "),
+    ("golden: ", "--golden: "),
+    ("timeout ", "--timeout "),
+    ("rtol ", "--rtol "),
+    ("atol ", "--atol "),
+)
+
+
+def _check_flag_error(exc: ValueError) -> ValueError:
+    """A usage error of the conformance harness, naming the flag of ``fairagg check``."""
+    text = str(exc)
+    for name, flag in _CHECK_NAMES:
+        if text.startswith(name):
+            return ValueError(flag + text[len(name) :])
+    return exc
+
+
+def _os_error(exc: OSError, args: argparse.Namespace) -> str:
+    """``exc`` in one line, naming the path argument (``--out``, ``RUN``, ...) it concerns."""
+    if exc.filename is None:
+        return str(exc)
+    name = os.fsdecode(exc.filename)
+    what = exc.strerror or type(exc).__name__
+    path = Path(os.path.abspath(name))
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, Path):
+                continue
+            mine = Path(os.path.abspath(v))
+            if path == mine or mine in path.parents or path in mine.parents:
+                flag = "RUN" if dest == "runs" else "--" + dest.replace("_", "-")
+                verb = "cannot write to" if dest == "out" else "cannot use"
+                return f"{flag} {v}: {verb} {name} ({what})"
+    return f"{name}: {what}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1141,7 +1540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = {
         "run": lambda a: _cmd_run(a, _explicit(argv if argv is not None else sys.argv[1:])),
-        "compare": _cmd_compare,
+        "compare": lambda a: _cmd_compare(
+            a, _explicit(argv if argv is not None else sys.argv[1:], "compare")
+        ),
         "rules": _cmd_rules,
         "vectors": _cmd_vectors,
         "report": _cmd_report,
@@ -1156,6 +1557,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         print(f"fairagg: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path the file system refuses (a folder it will not make, ...)
+        print(f"fairagg: error: {_os_error(exc, args)}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(f"fairagg: error: out of memory ({exc})", file=sys.stderr)
+        return 1
     except FloatingPointError as exc:
         print(f"fairagg: error: {exc}; the rounds before it are saved", file=sys.stderr)
         return 1

@@ -2,18 +2,19 @@
 
 Layout
 ------
-Every dataset is a :class:`FederatedData`: for each split (train, test, optional validation) one
-C-contiguous float64 feature matrix holding **all clients' rows back to back in client order**, one
-int64 label vector, and an int64 offsets vector of length K + 1, so that client k owns rows
-``offsets[k]:offsets[k + 1]``. This is exactly what the Numba local trainer consumes (no Python list
-of per-client arrays on the hot path); :meth:`FederatedData.client_train` and friends return views.
+Every dataset is a [`FederatedData`][fairagg.data.FederatedData]: for each split (train, test,
+optional validation) one C-contiguous float64 feature matrix holding **all clients' rows back to
+back in client order**, one int64 label vector, and an int64 offsets vector of length K + 1, so that
+client k owns rows ``offsets[k]:offsets[k + 1]``. This is exactly what the Numba local trainer
+consumes (no Python list of per-client arrays on the hot path);
+[`FederatedData.client_train`][fairagg.data.FederatedData.client_train] and friends return views.
 
 Seeding
 -------
 Everything is deterministic from integer seeds; nothing touches NumPy's global random state.
 
-* :func:`synthetic_clients` uses ONE ``np.random.default_rng(seed)`` and draws in this fixed order
-  (see its docstring for the exact calls):
+* [`synthetic_clients`][fairagg.data.synthetic_clients] uses ONE ``np.random.default_rng(seed)`` and
+  draws in this fixed order (see its docstring for the exact calls):
 
   1. sizes ``n_k = floor(LogNormal(4, 2)) + 50`` for all K clients;
   2. ``u_k ~ N(0, α²)`` for all clients (the mean of W_k and b_k);
@@ -23,12 +24,16 @@ Everything is deterministic from integer seeds; nothing touches NumPy's global r
   5. for k in order: (non-IID only) ``W_k ~ N(u_k, 1)`` (60×10) then ``b_k ~ N(u_k, 1)`` (10);
      then ``x = v_k + Z·sqrt(j^-1.2)`` with ``Z`` standard normal (n_k×60); ``y = argmax(xW + b)``.
 
-* Partitions (:func:`partition_iid`, :func:`partition_power_law`, :func:`partition_shards`,
-  :func:`partition_dirichlet`) each use their own ``np.random.default_rng(seed)``.
-* The per-client train/test/validation split (:func:`federate`, :func:`from_client_arrays`) uses
-  ``np.random.default_rng(seed)`` consumed client by client in order. Composite builders
-  (:func:`synthetic`, :func:`load_digits`) seed the split with ``[seed, 1]`` unless told otherwise,
-  a stream independent of the generator's or partition's ``default_rng(seed)``.
+* Partitions ([`partition_iid`][fairagg.data.partition_iid],
+  [`partition_power_law`][fairagg.data.partition_power_law],
+  [`partition_shards`][fairagg.data.partition_shards],
+  [`partition_dirichlet`][fairagg.data.partition_dirichlet]) each use their own
+  ``np.random.default_rng(seed)``.
+* The per-client train/test/validation split ([`federate`][fairagg.data.federate],
+  [`from_client_arrays`][fairagg.data.from_client_arrays]) uses ``np.random.default_rng(seed)``
+  consumed client by client in order. Composite builders ([`synthetic`][fairagg.data.synthetic],
+  [`load_digits`][fairagg.data.load_digits]) seed the split with ``[seed, 1]`` unless told
+  otherwise, a stream independent of the generator's or partition's ``default_rng(seed)``.
 
 References
 ----------
@@ -70,7 +75,7 @@ __all__ = [
 SYNTHETIC_DIM = 60
 SYNTHETIC_CLASSES = 10
 
-#: Data specs accepted by :func:`load` (human-readable, for the CLI help).
+#: Data specs accepted by [`load`][fairagg.data.load] (human-readable, for the CLI help).
 DATA_SPECS: tuple[str, ...] = (
     "synthetic:ALPHA,BETA (alpha, beta >= 0, e.g. synthetic:1,1 or synthetic:0.5,0.5)",
     "synthetic_iid",
@@ -314,14 +319,15 @@ def synthetic(
 ) -> FederatedData:
     """Synthetic(α, β) split per client into train/test(/validation) (SPEC §11; q-FFL App. E.1).
 
-    Generates :func:`synthetic_clients` and splits each client with :func:`from_client_arrays`.
+    Generates [`synthetic_clients`][fairagg.data.synthetic_clients] and splits each client with
+    [`from_client_arrays`][fairagg.data.from_client_arrays].
 
     Parameters
     ----------
     alpha, beta, num_clients, iid, seed, max_samples_per_client
-        As in :func:`synthetic_clients`.
+        As in [`synthetic_clients`][fairagg.data.synthetic_clients].
     test_fraction, val_fraction : float
-        Per-client split fractions, as in :func:`federate`.
+        Per-client split fractions, as in [`federate`][fairagg.data.federate].
     split_seed : int, optional
         Seed of the split. ``None`` (default) seeds it with ``[seed, 1]``, a stream independent of
         the generator's.
@@ -660,7 +666,8 @@ def _split(
     rng: np.random.Generator,
     name: str,
 ) -> FederatedData:
-    """Split validated data client by client (the rule documented in :func:`federate`)."""
+    """Split validated data client by client (the rule documented in
+    [`federate`][fairagg.data.federate])."""
     train_idx, test_idx, val_idx = [], [], []
     for k, part in enumerate(parts):
         n_k = int(part.shape[0])
@@ -715,7 +722,8 @@ def federate(
     seed: int = 0,
     name: str = "",
 ) -> FederatedData:
-    """Assemble a :class:`FederatedData` from labelled arrays and a partition (SPEC §11).
+    """Assemble a [`FederatedData`][fairagg.data.FederatedData] from labelled arrays and a partition
+    (SPEC §11).
 
     Each client k (items ``parts[k]``, n_k of them) is split with
     ``rng = np.random.default_rng(seed)``, consumed client by client in order:
@@ -796,10 +804,11 @@ def from_client_arrays(
     seed: int = 0,
     name: str = "",
 ) -> FederatedData:
-    """Assemble a :class:`FederatedData` from per-client arrays (SPEC §11).
+    """Assemble a [`FederatedData`][fairagg.data.FederatedData] from per-client arrays (SPEC §11).
 
-    Equivalent to :func:`federate` on the clients' rows concatenated in order, with client k's
-    part being its own rows; the split rule and seeding are those of :func:`federate`.
+    Equivalent to [`federate`][fairagg.data.federate] on the clients' rows concatenated in order,
+    with client k's part being its own rows; the split rule and seeding are those of
+    [`federate`][fairagg.data.federate].
 
     Parameters
     ----------
@@ -808,7 +817,7 @@ def from_client_arrays(
     n_classes : int
         Number of classes; every label must be in ``[0, n_classes)``.
     test_fraction, val_fraction, seed, name
-        As in :func:`federate`.
+        As in [`federate`][fairagg.data.federate].
 
     Returns
     -------
@@ -842,22 +851,24 @@ def load_digits(
 
     The images ship inside scikit-learn, so nothing is downloaded. Features are the 64 pixel
     intensities divided by 16 (range [0, 1]); 10 classes. The partition uses
-    ``seed``; the per-client split (:func:`federate`) uses ``[seed, 1]``.
+    ``seed``; the per-client split ([`federate`][fairagg.data.federate]) uses ``[seed, 1]``.
 
     Parameters
     ----------
     num_clients : int
         Number of clients K.
     partition : {"iid", "powerlaw", "shards", "dirichlet"}
-        :func:`partition_iid`; :func:`partition_power_law` (exponent 1.5, at least 10 images per
-        client); :func:`partition_shards` (2 shards per client); :func:`partition_dirichlet`
-        (concentration ``alpha``, at least 10 images per client).
+        [`partition_iid`][fairagg.data.partition_iid];
+        [`partition_power_law`][fairagg.data.partition_power_law] (exponent 1.5, at least 10 images
+        per client); [`partition_shards`][fairagg.data.partition_shards] (2 shards per client);
+        [`partition_dirichlet`][fairagg.data.partition_dirichlet] (concentration ``alpha``, at least
+        10 images per client).
     alpha : float
         Dirichlet concentration (used by ``partition="dirichlet"`` only), ``> 0``.
     seed : int
         Seed of the partition (and, via ``[seed, 1]``, of the split).
     test_fraction : float
-        Per-client test fraction, as in :func:`federate`.
+        Per-client test fraction, as in [`federate`][fairagg.data.federate].
 
     Returns
     -------
@@ -921,9 +932,10 @@ def load(
 ) -> FederatedData:
     """Load a dataset from a CLI data spec (SPEC §11); the accepted forms are in ``DATA_SPECS``.
 
-    ``synthetic:ALPHA,BETA`` → :func:`synthetic` (``ALPHA, BETA >= 0``); ``synthetic_iid`` →
-    ``synthetic(0, 0, iid=True)``; ``digits`` (label shards), ``digits:iid``, ``digits:powerlaw``,
-    ``digits:shards``, ``digits:dirichlet=ALPHA`` (``ALPHA > 0``) → :func:`load_digits`.
+    ``synthetic:ALPHA,BETA`` → [`synthetic`][fairagg.data.synthetic] (``ALPHA, BETA >= 0``);
+    ``synthetic_iid`` → ``synthetic(0, 0, iid=True)``; ``digits`` (label shards), ``digits:iid``,
+    ``digits:powerlaw``, ``digits:shards``, ``digits:dirichlet=ALPHA`` (``ALPHA > 0``) →
+    [`load_digits`][fairagg.data.load_digits].
 
     Parameters
     ----------

@@ -4,25 +4,27 @@ Needs the ``flower`` extra (``pip install 'fairagg[flower]'``, Flower ≥ 1.22 a
 API); ``flower-sim`` adds Ray for Flower's simulation engine. ``import fairagg`` never imports
 this module.
 
-Server side, :class:`FairaggStrategy` subclasses Flower's ``FedAvg`` and runs one round of
-``fairagg.simulate`` per Flower round t = ``server_round`` − 1 (SPEC §0):
+Server side, [`FairaggStrategy`][fairagg.flower.FairaggStrategy] subclasses Flower's ``FedAvg`` and
+runs one round of ``fairagg.simulate`` per Flower round t = ``server_round`` − 1 (SPEC §0):
 
 1. ``configure_train`` keeps θ^t (the ArrayRecord it sends, flattened to one float64 vector by
-   :func:`arrays_to_params`), builds the rule's state with ``rule.init(θ^0, K)`` on the first
-   round, picks the clients and puts everything they need in the train config
-   (:data:`TRAIN_CONFIG_KEYS`: the seed, t, the local-training settings and the rule's
-   :class:`~fairagg.types.LocalSpec`).
+   [`arrays_to_params`][fairagg.flower.arrays_to_params]), builds the rule's state with
+   ``rule.init(θ^0, K)`` on the first round, picks the clients and puts everything they need in the
+   train config ([`TRAIN_CONFIG_KEYS`][fairagg.flower.TRAIN_CONFIG_KEYS]: the seed, t, the
+   local-training settings and the rule's [`LocalSpec`][fairagg.types.LocalSpec]).
 2. ``aggregate_train`` checks the replies with Flower's consistency rules, then reads each:
    one ArrayRecord, ``"delta"`` (δ_k = θ^t − θ_k), ``"gradient"`` (g_k = ∇F_k(θ^t), for the
    rules whose ``LocalSpec.report`` is ``"gradients"``) or, under any other name, the client's
    model θ_k (δ_k is then θ^t − θ_k), and one MetricRecord with the weighting metric n_k
-   (:data:`NUM_EXAMPLES` by default), optionally :data:`CLIENT_ID` k (else the client is the
-   replying node), :data:`TRAIN_LOSS` F_k(θ^t) (the received model's mean training loss *before*
-   local training; the strategy's ``train_loss_key``) and :data:`ACCURACY` (training accuracy of
-   θ^t, or of θ_k for ``accuracy_source="local"``). It counts participations f_k itself, orders
-   the clients as the simulator does, builds :class:`~fairagg.types.RoundReports` and returns
-   ``rule.step(θ^t, reports, state).params`` as the next global ArrayRecord. Any Flower
-   ClientApp written for ``FedAvg`` works unchanged (see :class:`FairaggStrategy`).
+   ([`NUM_EXAMPLES`][fairagg.flower.NUM_EXAMPLES] by default), optionally
+   [`CLIENT_ID`][fairagg.flower.CLIENT_ID] k (else the client is the replying node),
+   [`TRAIN_LOSS`][fairagg.flower.TRAIN_LOSS] F_k(θ^t) (the received model's mean training loss
+   *before* local training; the strategy's ``train_loss_key``) and
+   [`ACCURACY`][fairagg.flower.ACCURACY] (training accuracy of θ^t, or of θ_k for
+   ``accuracy_source="local"``). It counts participations f_k itself, orders the clients as the
+   simulator does, builds [`RoundReports`][fairagg.types.RoundReports] and returns
+   ``rule.step(θ^t, reports, state).params`` as the next global ArrayRecord. Any Flower ClientApp
+   written for ``FedAvg`` works unchanged (see [`FairaggStrategy`][fairagg.flower.FairaggStrategy]).
 
 Client selection. With ``clients_per_round=m`` the strategy samples client ids exactly as
 ``fairagg.simulate``: ``sample_clients(K, m, default_rng([seed, 0, t]), scheme=sampling)``.
@@ -34,12 +36,13 @@ ordered by the draw order, as in the simulator, and every client trains with the
 sampling (``fraction_train``, ``min_train_nodes``) picks the nodes, client ids come from the
 replies, and replies are ordered by client id.
 
-Client side, :func:`fairagg_client_app` builds the ClientApp: it answers the id query, and for
-a train message computes F_k(θ^t) and the accuracy before training, then trains with
-:func:`fairagg.local.train_clients` (or computes :func:`fairagg.local.client_gradients`) for its
-one client with the seed and round of the config, so that its δ_k is the simulator's to the bit.
-A client's id is its node's ``"partition-id"`` (what Flower's simulation engine sets; start a
-SuperNode with ``--node-config "partition-id=3 num-partitions=30"``).
+Client side, [`fairagg_client_app`][fairagg.flower.fairagg_client_app] builds the ClientApp: it
+answers the id query, and for a train message computes F_k(θ^t) and the accuracy before training,
+then trains with [`fairagg.local.train_clients`][fairagg.local.train_clients] (or computes
+[`fairagg.local.client_gradients`][fairagg.local.client_gradients]) for its one client with the seed
+and round of the config, so that its δ_k is the simulator's to the bit. A client's id is its node's
+``"partition-id"`` (what Flower's simulation engine sets; start a SuperNode with
+``--node-config "partition-id=3 num-partitions=30"``).
 
 Failures. A reply that carries an error (the ClientApp raised, the node vanished), or that
 cannot be aggregated (NaN or infinity, another layout, an invalid loss or weight, a client id out
@@ -49,8 +52,8 @@ node); a rule that needs all K clients (``RuleSpec.full_participation``) raises
 (several records, differing metric keys, no weighting metric) raise Flower's
 ``InconsistentMessageReplies``.
 
-:class:`InProcessGrid` runs a ClientApp on virtual nodes in this process (no Ray, no
-SuperLink): the tests drive the strategy through it, and ``Strategy.start`` accepts it.
+[`InProcessGrid`][fairagg.flower.InProcessGrid] runs a ClientApp on virtual nodes in this process
+(no Ray, no SuperLink): the tests drive the strategy through it, and ``Strategy.start`` accepts it.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ from .metrics import fairness_summary
 from .models import FlatModel
 from .rules import RULES, check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
-from .simulate import SAMPLING_STREAM, _client_momentum
+from .simulation import SAMPLING_STREAM, _client_momentum
 from .types import Rule, check_local_spec, make_reports
 
 __all__ = [
@@ -192,10 +195,10 @@ def _flatten(
 ) -> tuple[np.ndarray, Layout]:
     """One vector of an ArrayRecord's floating-point arrays (raveled, concatenated in key order,
     in their common dtype: float32 stays float32, as in ``fairagg.simulate``; float16 is widened
-    to float32) and the layout (key, shape, dtype) of every array, which :func:`_unflatten`
+    to float32) and the layout (key, shape, dtype) of every array, which ``_unflatten``
     inverts. Other arrays (integer counters such as BatchNorm's ``num_batches_tracked``) are in
-    the layout but not in the vector: :class:`FairaggStrategy` averages them as Flower's FedAvg
-    does.
+    the layout but not in the vector: [`FairaggStrategy`][fairagg.flower.FairaggStrategy] averages
+    them as Flower's FedAvg does.
 
     With ``like`` (the first round's layout), the arrays are read in its key order and which
     ones are parameters is its decision: a counter that Flower's average turned into float64
@@ -241,7 +244,7 @@ def _dtype_of(layout: Layout, key: str) -> str:
 
 
 def _others(arrays: ArrayRecord, like: Layout | None = None) -> dict[str, np.ndarray]:
-    """The arrays of a record that are not parameters (see :func:`_flatten`)."""
+    """The arrays of a record that are not parameters (see ``_flatten``)."""
     out = {}
     for key, value in arrays.items():
         a = value.numpy()
@@ -364,15 +367,17 @@ def _config_value(cfg: Any, key: str, kind: type | tuple[type, ...]) -> Any:
 def train_reply(
     model: FlatModel, data: Any, client_id: int, content: RecordDict, *, reply: str = "delta"
 ) -> RecordDict:
-    """What client ``client_id`` replies to a train message of :class:`FairaggStrategy`.
+    """What client ``client_id`` replies to a train message of
+    [`FairaggStrategy`][fairagg.flower.FairaggStrategy].
 
     Reads θ^t (the message's one ArrayRecord) and the config (its one ConfigRecord,
-    :data:`TRAIN_CONFIG_KEYS`), then, as ``fairagg.simulate`` does for this client in round
-    t = ``config["round-index"]``: for ``report="deltas"``, :func:`fairagg.local.train_clients`
-    on ``[client_id]`` (serially) with the config's epochs, batch size, lr, momentum, proximal
-    term and PropFair surrogate; for ``report="gradients"``, :func:`fairagg.local.client_gradients`.
-    Shuffles come from ``default_rng([seed, 1, t, client_id])``, so the update is the
-    simulator's to the bit.
+    [`TRAIN_CONFIG_KEYS`][fairagg.flower.TRAIN_CONFIG_KEYS]), then, as ``fairagg.simulate`` does for
+    this client in round t = ``config["round-index"]``: for ``report="deltas"``,
+    [`fairagg.local.train_clients`][fairagg.local.train_clients] on ``[client_id]`` (serially) with
+    the config's epochs, batch size, lr, momentum, proximal term and PropFair surrogate; for
+    ``report="gradients"``, [`fairagg.local.client_gradients`][fairagg.local.client_gradients].
+    Shuffles come from ``default_rng([seed, 1, t, client_id])``, so the update is the simulator's to
+    the bit.
 
     Parameters
     ----------
@@ -392,9 +397,10 @@ def train_reply(
     -------
     RecordDict
         ``{"delta" | "gradient" | <arrays key>: ArrayRecord, "metrics": MetricRecord}`` with the
-        metrics :data:`NUM_EXAMPLES` n_k, :data:`CLIENT_ID` k, :data:`TRAIN_LOSS` F_k(θ^t) and
-        :data:`ACCURACY` (of θ^t, or of θ_k when the config's ``accuracy-source`` is
-        ``"local"``).
+        metrics [`NUM_EXAMPLES`][fairagg.flower.NUM_EXAMPLES] n_k,
+        [`CLIENT_ID`][fairagg.flower.CLIENT_ID] k, [`TRAIN_LOSS`][fairagg.flower.TRAIN_LOSS]
+        F_k(θ^t) and [`ACCURACY`][fairagg.flower.ACCURACY] (of θ^t, or of θ_k when the config's
+        ``accuracy-source`` is ``"local"``).
     """
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
@@ -460,7 +466,8 @@ def train_reply(
 def evaluate_reply(model: FlatModel, data: Any, client_id: int, content: RecordDict) -> RecordDict:
     """Client ``client_id``'s evaluation of the message's model on its test split: mean loss and
     accuracy (the numbers ``fairagg.simulate`` records as ``test_loss`` / ``test_accuracy``)
-    under :data:`LOSS` and :data:`ACCURACY`, with the test-set size under :data:`NUM_EXAMPLES`.
+    under [`LOSS`][fairagg.flower.LOSS] and [`ACCURACY`][fairagg.flower.ACCURACY], with the test-set
+    size under [`NUM_EXAMPLES`][fairagg.flower.NUM_EXAMPLES].
     """
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
@@ -483,7 +490,8 @@ def evaluate_reply(model: FlatModel, data: Any, client_id: int, content: RecordD
 
 
 def query_reply(data: Any, client_id: int) -> RecordDict:
-    """The answer to the strategy's :data:`QUERY_MESSAGE_TYPE` query: the client id and n_k."""
+    """The answer to the strategy's [`QUERY_MESSAGE_TYPE`][fairagg.flower.QUERY_MESSAGE_TYPE] query:
+    the client id and n_k."""
     n_train, _ = _check_data(data)
     k = _check_client(client_id, n_train.size)
     return RecordDict({"metrics": MetricRecord({CLIENT_ID: k, NUM_EXAMPLES: int(n_train[k])})})
@@ -512,11 +520,11 @@ def fairagg_client_app(
 ) -> ClientApp:
     """A Flower ClientApp whose clients compute what a fairagg rule needs.
 
-    It registers three handlers: ``train`` (:func:`train_reply`: F_k(θ^t) and the accuracy
-    before training, then local training or the gradient, replying δ_k or g_k), ``evaluate``
-    (:func:`evaluate_reply` on the client's test split) and ``query.fairagg``
-    (:func:`query_reply`: the client id and n_k, which :class:`FairaggStrategy` asks for before it
-    samples clients by id).
+    It registers three handlers: ``train`` ([`train_reply`][fairagg.flower.train_reply]: F_k(θ^t)
+    and the accuracy before training, then local training or the gradient, replying δ_k or g_k),
+    ``evaluate`` ([`evaluate_reply`][fairagg.flower.evaluate_reply] on the client's test split) and
+    ``query.fairagg`` ([`query_reply`][fairagg.flower.query_reply]: the client id and n_k, which
+    [`FairaggStrategy`][fairagg.flower.FairaggStrategy] asks for before it samples clients by id).
 
     Parameters
     ----------
@@ -530,7 +538,7 @@ def fairagg_client_app(
         The node's client id k. Default: the node config's ``"partition-id"``; a callable
         receives the Context.
     reply : {"delta", "model"}
-        See :func:`train_reply`.
+        See [`train_reply`][fairagg.flower.train_reply].
     """
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
@@ -567,7 +575,8 @@ def fairagg_client_app(
 
 
 class RoundLog(NamedTuple):
-    """What :class:`FairaggStrategy` records per aggregated round (``strategy.rounds``).
+    """What [`FairaggStrategy`][fairagg.flower.FairaggStrategy] records per aggregated round
+    (``strategy.rounds``).
 
     Attributes
     ----------
@@ -626,8 +635,9 @@ def _scalar(value: Any) -> float | None:
 
 
 def _counts(weights: np.ndarray) -> np.ndarray | None:
-    """The weights as sample counts for :func:`fairagg.metrics.fairness_summary`'s weighted
-    mean, or None (unweighted) when they are not integers."""
+    """The weights as sample counts for
+    [`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary]'s weighted mean, or None
+    (unweighted) when they are not integers."""
     w = np.asarray(weights, dtype=np.float64)
     integral = np.all(w == np.round(w)) and np.all(w >= 1) and np.all(w < 2.0**53)
     return w.astype(np.int64) if integral else None
@@ -658,25 +668,26 @@ class FairaggStrategy(FedAvg):
     - Clients are the replying *nodes*, each given a dense index in [0, K) the first time it
       replies (new nodes of a round in increasing node id), kept for the whole run, so that
       stateful rules (AFL's λ, AAgFF, FedFa, FedFV's history) follow the same node. A reply
-      carrying :data:`CLIENT_ID` (as :func:`fairagg_client_app`'s do) is that client instead,
-      which reproduces ``fairagg.simulate`` exactly. K is ``num_clients``, or the number of
-      connected nodes at the first round; it is fixed, since rules keep per-client state: a node
-      that leaves keeps its index (and state, should it come back), and a node that joins once
-      all K indices are taken has its replies left out, with that reason.
+      carrying [`CLIENT_ID`][fairagg.flower.CLIENT_ID] (as
+      [`fairagg_client_app`][fairagg.flower.fairagg_client_app]'s do) is that client instead, which
+      reproduces ``fairagg.simulate`` exactly. K is ``num_clients``, or the number of connected
+      nodes at the first round; it is fixed, since rules keep per-client state: a node that leaves
+      keeps its index (and state, should it come back), and a node that joins once all K indices are
+      taken has its replies left out, with that reason.
     - The floating-point arrays are the parameters the rule aggregates (float16 computed in
       float32 and returned in float16; float32 stays float32 as in ``fairagg.simulate``); other
       arrays (integer counters such as BatchNorm's ``num_batches_tracked``) are combined as
       ``FedAvg`` combines them (a weighted average, float64). 0-d arrays stay 0-d.
     - The loss a rule reads is the metric ``train_loss_key`` (Flower's ``"train_loss"``); the
       papers define it as F_k(θ^t), the loss of the received model *before* local training,
-      which :func:`fairagg_client_app` sends; a template ClientApp's training loss is an
-      average during training: a rule then aggregates with that instead.
+      which [`fairagg_client_app`][fairagg.flower.fairagg_client_app] sends; a template ClientApp's
+      training loss is an average during training: a rule then aggregates with that instead.
     - The weighting metric (``weighted_by_key``) may be any positive number, as in ``FedAvg``.
     - The SGD-type rules (AFL, q-FedSGD: ``LocalSpec.report == "gradients"``) read g_k from a
-      ``"gradient"`` ArrayRecord (:func:`fairagg_client_app` sends it); from a model or update
-      reply they take the pseudo-gradient (θ^t − θ_k) / ``lr``, which is g_k when the client
-      took one full-batch gradient step of size ``lr``, and an average of its steps' gradients
-      otherwise.
+      ``"gradient"`` ArrayRecord ([`fairagg_client_app`][fairagg.flower.fairagg_client_app] sends
+      it); from a model or update reply they take the pseudo-gradient (θ^t − θ_k) / ``lr``, which is
+      g_k when the client took one full-batch gradient step of size ``lr``, and an average of its
+      steps' gradients otherwise.
     - Replies are validated with Flower's rules first (``InconsistentMessageReplies``), then
       fairagg's: a reply that cannot be aggregated (non-finite arrays, another layout, an
       invalid weight, or an invalid loss or accuracy where the rule reads it, a client index out
@@ -687,17 +698,18 @@ class FairaggStrategy(FedAvg):
     - The strategy's own train-config keys start with ``"fairagg-"``; the ``train_config`` an
       app passes to ``start`` (a template's ``"lr"``) goes to the clients unchanged beside them.
     - Give ``num_clients`` and ``clients_per_round`` (or ``num_clients`` with a rule that needs
-      every client, which then samples all K) only with :func:`fairagg_client_app` (or a
-      ClientApp answering its client-id query): that is fairagg's sampling by client id. Without
-      them, Flower samples the nodes (every node for a rule that needs all of them).
+      every client, which then samples all K) only with
+      [`fairagg_client_app`][fairagg.flower.fairagg_client_app] (or a ClientApp answering its
+      client-id query): that is fairagg's sampling by client id. Without them, Flower samples the
+      nodes (every node for a rule that needs all of them).
     - Metrics: every client metric is aggregated as ``FedAvg`` does (``train_metrics_aggr_fn`` /
       ``evaluate_metrics_aggr_fn``, weighted by ``weighted_by_key`` by default), and fairagg's
       summary is added under ``fairagg-*`` keys.
 
     The run reproduces ``fairagg.simulate(rule, model, data, rounds=T, clients_per_round=m,
     epochs=..., batch_size=..., lr=..., momentum=..., prox_mu=..., sampling=..., seed=...)``
-    when every client runs :func:`fairagg_client_app` and ``clients_per_round`` is given (see
-    the module docstring for that protocol).
+    when every client runs [`fairagg_client_app`][fairagg.flower.fairagg_client_app] and
+    ``clients_per_round`` is given (see the module docstring for that protocol).
 
     Parameters
     ----------
@@ -716,10 +728,10 @@ class FairaggStrategy(FedAvg):
     seed : int
         Seeds the sampling and the clients' shuffles.
     epochs, batch_size, lr, momentum, prox_mu
-        The clients' local training (:func:`fairagg.local.train_clients`) when they run
-        :func:`fairagg_client_app`; ``lr`` is also the ``RoundReports.lr`` the rules read
-        (q-FFL's L = 1/lr, AFL's step). ``momentum=None`` takes the rule's (FedFa's) or 0, as
-        ``fairagg.simulate`` does.
+        The clients' local training ([`fairagg.local.train_clients`][fairagg.local.train_clients])
+        when they run [`fairagg_client_app`][fairagg.flower.fairagg_client_app]; ``lr`` is also the
+        ``RoundReports.lr`` the rules read (q-FFL's L = 1/lr, AFL's step). ``momentum=None`` takes
+        the rule's (FedFa's) or 0, as ``fairagg.simulate`` does.
     on_failure : {"drop", "raise"}
         What a reply that carries an error, or cannot be aggregated, does: left out of the round
         (Flower's way), or ``AggregationError``.
@@ -883,7 +895,8 @@ class FairaggStrategy(FedAvg):
         super().summary()
 
     def train_config(self, server_round: int) -> dict[str, Any]:
-        """The values of :data:`TRAIN_CONFIG_KEYS` for round ``server_round`` (t + 1)."""
+        """The values of [`TRAIN_CONFIG_KEYS`][fairagg.flower.TRAIN_CONFIG_KEYS] for round
+        ``server_round`` (t + 1)."""
         spec = self.local
         values = (
             self.rule.name,
@@ -1331,9 +1344,10 @@ class FairaggStrategy(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """FedAvg's aggregation of the evaluate replies (``evaluate_metrics_aggr_fn``), with
-        :func:`fairagg.metrics.fairness_summary` of their accuracies added as ``fairagg-<key>``
-        (``fairagg-worst_10``, ``fairagg-variance``, ...: percent, as that function reports
-        them) when the replies hold an accuracy (``evaluate_accuracy_key``)."""
+        [`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary] of their accuracies
+        added as ``fairagg-<key>`` (``fairagg-worst_10``, ``fairagg-variance``, ...: percent, as
+        that function reports them) when the replies hold an accuracy
+        (``evaluate_accuracy_key``)."""
         replies = list(replies)
         valid, _ = self._check_and_log_replies(replies, is_train=False)
         if not valid:
@@ -1431,7 +1445,8 @@ def _ensure_task_identity() -> None:
             setattr(TaskIdentity, attr, value)
 
 
-#: The most virtual nodes an :class:`InProcessGrid` holds (each has a Context in memory).
+#: The most virtual nodes an [`InProcessGrid`][fairagg.flower.InProcessGrid] holds (each has a
+#: Context in memory).
 _MAX_NODES = 2**20
 
 
@@ -1505,7 +1520,7 @@ class InProcessGrid(Grid):
 
     @property
     def run(self) -> Any:
-        """The run set with :meth:`set_run` (None by default)."""
+        """The run set with [`set_run`][fairagg.flower.InProcessGrid.set_run] (None by default)."""
         return self._run
 
     def create_message(
@@ -1544,8 +1559,8 @@ class InProcessGrid(Grid):
             )
 
     def push_messages(self, messages: Iterable[Message]) -> list[str]:
-        """Handle each message now; returns ids under which :meth:`pull_messages` finds the
-        replies."""
+        """Handle each message now; returns ids under which
+        [`pull_messages`][fairagg.flower.InProcessGrid.pull_messages] finds the replies."""
         out = []
         for msg in messages:
             key = f"m{len(self._pending)}-{time.perf_counter_ns()}"

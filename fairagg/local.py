@@ -25,14 +25,14 @@ Conventions
   that order, of ``batch_size`` rows except the last, which holds the remaining ``n_k mod B`` rows
   when B does not divide n_k (nothing is dropped). Each step uses the batch's mean gradient.
 - The order of client k in round t comes from ``np.random.default_rng([seed, 1, t, k])``:
-  ``epochs`` successive calls of ``rng.permutation(n_k)`` (see :func:`client_shuffles`). It depends
-  on nothing else, so a run is bitwise reproducible and a client's update is the same whether the
-  clients are trained one by one or in parallel, and whoever else was selected. The kernel draws
-  these orders itself (NumPy's SeedSequence, PCG64 and shuffle, re-implemented and tested equal
-  to NumPy's generator): creating a NumPy generator per client cost as much as a small client's
-  training.
-- :func:`sgd_reference` is the same algorithm in plain NumPy on the model's NumPy gradient: the
-  specification the Numba kernel is tested against.
+  ``epochs`` successive calls of ``rng.permutation(n_k)`` (see
+  [`client_shuffles`][fairagg.local.client_shuffles]). It depends on nothing else, so a run is
+  bitwise reproducible and a client's update is the same whether the clients are trained one by one
+  or in parallel, and whoever else was selected. The kernel draws these orders itself (NumPy's
+  SeedSequence, PCG64 and shuffle, re-implemented and tested equal to NumPy's generator): creating a
+  NumPy generator per client cost as much as a small client's training.
+- [`sgd_reference`][fairagg.local.sgd_reference] is the same algorithm in plain NumPy on the model's
+  NumPy gradient: the specification the Numba kernel is tested against.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ MAX_SHUFFLE = 2**31
 
 
 class LocalResult(NamedTuple):
-    """What :func:`train_clients` returns for the m clients it trained.
+    """What [`train_clients`][fairagg.local.train_clients] returns for the m clients it trained.
 
     Attributes
     ----------
@@ -137,7 +137,7 @@ def _check_shuffle_size(num_samples: int, epochs: int) -> None:
 
 
 def _check_shuffled_sizes(ids: np.ndarray, sizes: np.ndarray, what: str) -> None:
-    """Refuse a client whose rows ``what`` would shuffle beyond :data:`MAX_SHUFFLE`, naming it."""
+    """Refuse a client whose rows ``what`` would shuffle beyond ``MAX_SHUFFLE``, naming it."""
     if sizes.size and sizes.max() > MAX_SHUFFLE:
         i = int(np.argmax(sizes))
         raise ValueError(
@@ -178,7 +178,7 @@ def check_propfair(
 def propfair_scale(f: float, m: float, epsilon: float, huber: bool) -> float:
     """The factor PropFair's surrogate puts on the gradient of a minibatch loss f (SPEC §6):
     d/df of −log(1 − f/M) = 1/(M − f) where M − f ≥ ε, else 1/M (1/ε with ``huber``).
-    M > ε > 0, as :func:`check_propfair` requires."""
+    M > ε > 0, as [`check_propfair`][fairagg.local.check_propfair] requires."""
     f = check_real(f, "f")
     m = check_real(m, "m")
     m, epsilon, huber = check_propfair(m, epsilon, huber, ("m", "epsilon", "huber"))
@@ -230,12 +230,12 @@ def train_clients(
     prox_mu : float
         Coefficient ≥ 0 of the proximal term μ/2 ||w − θ^t||² (FedProx).
     seed, round_index : int
-        Select the shuffles (see :func:`client_shuffles`).
+        Select the shuffles (see [`client_shuffles`][fairagg.local.client_shuffles]).
     out : ndarray, shape (m, d), optional
         Preallocated C-contiguous buffer of the dtype of ``params`` that receives the updates.
     parallel : bool
         Train clients in parallel threads, the largest first, each client by one thread
-        (:mod:`fairagg.models._parallel`); the result is bitwise identical to ``False``.
+        (``fairagg.models._parallel``); the result is bitwise identical to ``False``.
     propfair_m, propfair_epsilon, propfair_huber : float or None, float, bool
         Train on PropFair's surrogate with constant M (> ε), see the module docstring; None
         trains on the loss.
@@ -427,7 +427,8 @@ def sgd_reference(
     propfair_epsilon: float = 0.2,
     propfair_huber: bool = False,
 ) -> tuple[np.ndarray, float, float]:
-    """One client's local SGD in plain NumPy: the specification of :func:`train_clients`.
+    """One client's local SGD in plain NumPy: the specification of
+    [`train_clients`][fairagg.local.train_clients].
 
     Parameters
     ----------
@@ -437,9 +438,9 @@ def sgd_reference(
     X, y : ndarray, shapes (n, p) and (n,)
         The client's training rows.
     order : ndarray of int, shape (epochs, n)
-        Visiting order of each epoch (e.g. from :func:`client_shuffles`).
+        Visiting order of each epoch (e.g. from [`client_shuffles`][fairagg.local.client_shuffles]).
     batch_size, lr, momentum, prox_mu, propfair_m, propfair_epsilon, propfair_huber
-        As in :func:`train_clients`.
+        As in [`train_clients`][fairagg.local.train_clients].
 
     Returns
     -------

@@ -4,27 +4,31 @@ Every function takes the per-client test accuracies :math:`a_k \\in [0, 1]` (or,
 scale-free uniformity measures, any non-negative vector such as per-client losses) as a 1-D
 array with clients on the only axis, shape ``(m,)``. Lists and integer arrays are accepted and
 cast to float64; NaN, infinity and (for accuracies) values outside ``[0, 1]`` raise
-:class:`ValueError` naming the argument. All computation is in float64.
+``ValueError`` naming the argument. All computation is in float64.
 
 Metrics
 -------
 =========================  ============  =============================================
 function                   unit          definition
 =========================  ============  =============================================
-:func:`average_accuracy`   percent       client mean, or sample-weighted
+[`average_accuracy`][fairagg.metrics.average_accuracy]   percent       client mean, or
+sample-weighted
                                          :math:`\\sum_k a_k n_k / \\sum_k n_k`
-:func:`worst_fraction`     percent       mean of the :math:`\\max(1, \\lfloor xN \\rfloor)` lowest
-:func:`best_fraction`      percent       mean of the :math:`\\max(1, \\lfloor xN \\rfloor)` highest
-:func:`accuracy_variance`  percent²      population variance, ``np.var(a) * 1e4`` (q-FFL)
-:func:`accuracy_std`       percent       its square root
-:func:`angle_to_ones`      degrees       angle between ``a`` and **1** (q-FFL, Def. 4)
-:func:`kl_to_uniform`      nats          :math:`KL(\\hat a \\| u)`, :math:`\\hat a = a/\\sum a`
-:func:`entropy`            nats          :math:`H(\\hat a)` (q-FFL, Def. 5)
-:func:`gini`               unitless      population Gini (``sample=True``: × N/(N−1))
-:func:`jain_index`         unitless      :math:`(\\sum a)^2 / (N \\sum a^2)`
-:func:`alpha_fair_utility` as input      :math:`\\sum_k u_\\alpha(a_k)` (Mo & Walrand)
-:func:`acf`                unitless      FairAvg, eq. 6-7
-:func:`fairness_summary`   mixed         all of the above in one JSON-ready dict
+[`worst_fraction`][fairagg.metrics.worst_fraction]     percent       mean of the
+:math:`\\max(1, \\lfloor xN \\rfloor)` lowest [`best_fraction`][fairagg.metrics.best_fraction]
+percent       mean of the :math:`\\max(1, \\lfloor xN \\rfloor)` highest
+[`accuracy_variance`][fairagg.metrics.accuracy_variance]  percent²      population variance,
+``np.var(a) * 1e4`` (q-FFL) [`accuracy_std`][fairagg.metrics.accuracy_std]       percent       its
+square root [`angle_to_ones`][fairagg.metrics.angle_to_ones]      degrees       angle between ``a``
+and **1** (q-FFL, Def. 4) [`kl_to_uniform`][fairagg.metrics.kl_to_uniform]      nats
+:math:`KL(\\hat a \\| u)`, :math:`\\hat a = a/\\sum a` [`entropy`][fairagg.metrics.entropy]
+nats          :math:`H(\\hat a)` (q-FFL, Def. 5) [`gini`][fairagg.metrics.gini]
+unitless      population Gini (``sample=True``: × N/(N−1))
+[`jain_index`][fairagg.metrics.jain_index]         unitless      :math:`(\\sum a)^2 / (N \\sum a^2)`
+[`alpha_fair_utility`][fairagg.metrics.alpha_fair_utility] as input
+:math:`\\sum_k u_\\alpha(a_k)` (Mo & Walrand) [`acf`][fairagg.metrics.acf]                unitless
+FairAvg, eq. 6-7 [`fairness_summary`][fairagg.metrics.fairness_summary]   mixed         all of the
+above in one JSON-ready dict
 =========================  ============  =============================================
 
 Conventions
@@ -34,9 +38,9 @@ Conventions
   tables.
 - Logarithms are **natural**; :math:`0 \\log 0 = 0`.
 - The uniformity measures (angle, KL, entropy, Gini, Jain) are undefined for an all-zero vector
-  and raise :class:`ValueError` for it (:func:`fairness_summary` reports ``None`` instead); they
-  never return NaN. They are scale-free and are evaluated on ``a / max(a)``, so tiny or huge
-  inputs neither underflow nor overflow.
+  and raise ``ValueError`` for it ([`fairness_summary`][fairagg.metrics.fairness_summary] reports
+  ``None`` instead); they never return NaN. They are scale-free and are evaluated on ``a / max(a)``,
+  so tiny or huge inputs neither underflow nor overflow.
 - The count of "worst/best x%" clients reads ``fraction`` as the decimal it prints as, so
   ``0.29`` of 100 clients is 29 clients (``0.29 * 100 == 28.999999999999996`` in floating point).
 """
@@ -190,7 +194,7 @@ def best_fraction(accuracies: ArrayLike, fraction: float) -> float:
         \\text{best}_x = \\frac{100}{K} \\sum_{i=N-K+1}^{N} a_{(i)}, \\qquad
         K = \\max(1, \\lfloor x N \\rfloor)
 
-    (SPEC §10). See :func:`worst_fraction` for how ``K`` is counted.
+    (SPEC §10). See [`worst_fraction`][fairagg.metrics.worst_fraction] for how ``K`` is counted.
 
     Parameters
     ----------
@@ -246,9 +250,9 @@ def accuracy_std(accuracies: ArrayLike) -> float:
     Returns
     -------
     float
-        The square root of :func:`accuracy_variance`, in percent. Accuracies so small that the
-        variance underflows (below about 1e-150) are rescaled by a power of two first, so the
-        deviation stays exact wherever it is representable.
+        The square root of [`accuracy_variance`][fairagg.metrics.accuracy_variance], in percent.
+        Accuracies so small that the variance underflows (below about 1e-150) are rescaled by a
+        power of two first, so the deviation stays exact wherever it is representable.
     """
     a = _as_accuracies(accuracies)
     top = float(np.max(a, initial=0.0))
@@ -416,8 +420,8 @@ def jain_index(values: ArrayLike) -> float:
           = \\frac{1}{1 + \\operatorname{Var}(v) / \\bar v^2}
           = \\cos^2 \\theta
 
-    with :math:`\\theta` the angle of :func:`angle_to_ones`. The middle form is what is
-    evaluated, so the result is exactly 1 for a constant vector and never exceeds 1.
+    with :math:`\\theta` the angle of [`angle_to_ones`][fairagg.metrics.angle_to_ones]. The middle
+    form is what is evaluated, so the result is exactly 1 for a constant vector and never exceeds 1.
 
     Parameters
     ----------
@@ -547,10 +551,12 @@ def fairness_summary(
     dict of str to float or None
         Plain Python floats under these keys, in this order:
 
-        - ``average`` (%): :func:`average_accuracy` with ``num_samples`` (client mean without);
+        - ``average`` (%): [`average_accuracy`][fairagg.metrics.average_accuracy] with
+          ``num_samples`` (client mean without);
         - ``client_mean`` (%): the unweighted client mean;
-        - ``worst_10``, ``best_10``, ``worst_20``, ``best_20`` (%): :func:`worst_fraction` and
-          :func:`best_fraction` at 0.1 and 0.2;
+        - ``worst_10``, ``best_10``, ``worst_20``, ``best_20`` (%):
+          [`worst_fraction`][fairagg.metrics.worst_fraction] and
+          [`best_fraction`][fairagg.metrics.best_fraction] at 0.1 and 0.2;
         - ``min``, ``max`` (%);
         - ``variance`` (%²), ``std`` (%): population form;
         - ``angle`` (degrees), ``kl``, ``entropy`` (nats), ``gini`` (population), ``jain``.

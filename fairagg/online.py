@@ -5,20 +5,26 @@ A server that picks mixing coefficients p ∈ Δ_{K−1} each round is an online
 then sees a response vector r^t (a transform of the clients' losses) and suffers the decision loss
 ℓ_t(p) = −log(1 + ⟨p, r^t⟩). This module holds that layer, once and exactly:
 
-- :func:`exponentiated_gradient` (the poster's EG step; the OCO view of FedAvg, q-FedAvg, TERM and
-  PropFair) and :func:`entropic_ftrl`;
-- the AAgFF response :func:`aaggff_response` with its six CDFs (:data:`RESPONSE_CDFS`);
-- :func:`decision_loss`, :func:`decision_gradient`, :func:`regret` and the exactly solved
-  :func:`best_fixed_decision`;
-- AAgFF-S's quadratic FTRL (:class:`QuadraticFTRL`, :func:`quadratic_ftrl_step`), solved exactly by
-  :func:`fairagg.simplex.solve_simplex_qp`;
-- AAgFF-D's entropic FTRL (:func:`aaggff_d_decision`) with the doubly-robust response
-  (:func:`dr_response`) and its first-order gradient (:func:`dr_gradient`);
-- the regret bounds of Theorems 1-2 / Corollary 3 and two players (:func:`play_aaggff_s`,
-  :func:`play_aaggff_d`) that run the learners on a response sequence.
+- [`exponentiated_gradient`][fairagg.online.exponentiated_gradient] (the poster's EG step; the OCO
+  view of FedAvg, q-FedAvg, TERM and PropFair) and [`entropic_ftrl`][fairagg.online.entropic_ftrl];
+- the AAgFF response [`aaggff_response`][fairagg.online.aaggff_response] with its six CDFs
+  ([`RESPONSE_CDFS`][fairagg.online.RESPONSE_CDFS]);
+- [`decision_loss`][fairagg.online.decision_loss],
+  [`decision_gradient`][fairagg.online.decision_gradient], [`regret`][fairagg.online.regret] and the
+  exactly solved [`best_fixed_decision`][fairagg.online.best_fixed_decision];
+- AAgFF-S's quadratic FTRL ([`QuadraticFTRL`][fairagg.online.QuadraticFTRL],
+  [`quadratic_ftrl_step`][fairagg.online.quadratic_ftrl_step]), solved exactly by
+  [`fairagg.simplex.solve_simplex_qp`][fairagg.simplex.solve_simplex_qp];
+- AAgFF-D's entropic FTRL ([`aaggff_d_decision`][fairagg.online.aaggff_d_decision]) with the
+  doubly-robust response ([`dr_response`][fairagg.online.dr_response]) and its first-order gradient
+  ([`dr_gradient`][fairagg.online.dr_gradient]);
+- the regret bounds of Theorems 1-2 / Corollary 3 and two players
+  ([`play_aaggff_s`][fairagg.online.play_aaggff_s], [`play_aaggff_d`][fairagg.online.play_aaggff_d])
+  that run the learners on a response sequence.
 
-The rules in :mod:`fairagg.rules.oco` and :mod:`fairagg.rules.aaggff` are built from these
-functions; :mod:`fairagg.oracles` re-solves every argmin with cvxpy.
+The rules in [`fairagg.rules.oco`][fairagg.rules.oco] and
+[`fairagg.rules.aaggff`][fairagg.rules.aaggff] are built from these functions;
+[`fairagg.oracles`][fairagg.oracles] re-solves every argmin with cvxpy.
 """
 
 from __future__ import annotations
@@ -91,7 +97,8 @@ def exponentiated_gradient(p: Any, r: Any, eta: float) -> np.ndarray:
 
     The AAgFF poster's closed form; it is argmin_{x∈Δ} −⟨x, r⟩ + η KL(x ‖ p) (the poster writes the
     negative entropy; with the previous decision in the closed form the regulariser is the KL
-    divergence to p). Computed in log space with a max-shift. See :func:`fairagg.simplex.kl_step`.
+    divergence to p). Computed in log space with a max-shift. See
+    [`fairagg.simplex.kl_step`][fairagg.simplex.kl_step].
 
     Parameters
     ----------
@@ -179,7 +186,7 @@ def aaggff_response(
     losses : array_like, shape (m,)
         Non-negative, finite losses F_i(θ^t) of the selected clients.
     cdf : str
-        One of :data:`RESPONSE_CDFS`.
+        One of [`RESPONSE_CDFS`][fairagg.online.RESPONSE_CDFS].
     scale : float
         s > 0: 1/K cross-silo, C = m/K cross-device.
     variant : {"paper", "official"}
@@ -302,9 +309,9 @@ def best_fixed_decision(
     Maximises the concave f(p) = Σ_t log(1 + ⟨p, r_t⟩) over the simplex by proximal Newton: each
     step solves the simplex QP of the local quadratic model, A = H + μI with
     H = Σ_t r_t r_tᵀ/(1 + ⟨p, r_t⟩)² and μ proportional to the current gap (exactly, by
-    :func:`fairagg.simplex.solve_simplex_qp`), followed by a backtracking line search. It stops when
-    the Frank-Wolfe gap, an upper bound on the suboptimality, is below ``tol`` relative to
-    max(1, |f|): the value is certified to round-off.
+    [`fairagg.simplex.solve_simplex_qp`][fairagg.simplex.solve_simplex_qp]), followed by a
+    backtracking line search. It stops when the Frank-Wolfe gap, an upper bound on the
+    suboptimality, is below ``tol`` relative to max(1, |f|): the value is certified to round-off.
 
     Parameters
     ----------
@@ -383,7 +390,8 @@ def regret(decisions: Any, responses: Any, comparator: Any = None) -> float:
     """Regret^T(p*) = Σ_t ℓ_t(p_t) − Σ_t ℓ_t(p*) (AAgFF poster, "Decision Objective").
 
     Against ``comparator`` if given, else against the best fixed decision in hindsight
-    (:func:`best_fixed_decision`), which makes it the regret the theorems bound.
+    ([`best_fixed_decision`][fairagg.online.best_fixed_decision]), which makes it the regret the
+    theorems bound.
     """
     P, R = _check_sequence(decisions, _check_responses(responses))
     played = float(-np.sum(np.log1p(np.einsum("tk,tk->t", P, R))))
@@ -509,9 +517,9 @@ def _ftrl_sums(outer, gs, cs, g, gp):  # pragma: no cover - compiled
 
 @numba.njit(cache=True)
 def _ftrl_system(outer, gs, cs, alpha, beta, paper):  # pragma: no cover - compiled
-    """:func:`quadratic_ftrl_problem`'s A and b, the same IEEE operations (the same bits), with
-    what the QP's input check would find: max |A| and whether A is exactly symmetric and A and b
-    are finite (``ok``)."""
+    """[`quadratic_ftrl_problem`][fairagg.online.quadratic_ftrl_problem]'s A and b, the same IEEE
+    operations (the same bits), with what the QP's input check would find: max |A| and whether A is
+    exactly symmetric and A and b are finite (``ok``)."""
     K = gs.shape[0]
     A = np.empty((K, K))
     for i in range(K):
@@ -540,16 +548,18 @@ def _solve_ftrl(
     *,
     x0_checked: bool = False,
 ) -> tuple[QPResult, QPFactor]:
-    """The simplex minimiser of :func:`quadratic_ftrl_problem` (checked α, β and variant),
-    warm-started from ``x0`` (the caller's, checked here after the problem as
-    :func:`~fairagg.simplex.solve_simplex_qp` does, unless ``x0_checked``) or cold, from
-    ``factor``'s buffers. ``shown``: the caller's alpha and beta, as its error messages name them.
+    """The simplex minimiser of [`quadratic_ftrl_problem`][fairagg.online.quadratic_ftrl_problem]
+    (checked α, β and variant), warm-started from ``x0`` (the caller's, checked here after the
+    problem as [`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp] does, unless ``x0_checked``)
+    or cold, from ``factor``'s buffers. ``shown``: the caller's alpha and beta, as its error
+    messages name them.
 
     A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
     so a warm start skips the solver's Cholesky proof of that. The usual sums (float64 arrays,
     Σggᵀ exactly symmetric, everything finite) take the compiled path, which builds A and b and
-    checks them in one call; anything else takes :func:`fairagg.simplex.solve_simplex_qp`'s
-    checks, with their messages. Both give the same bits."""
+    checks them in one call; anything else takes
+    [`fairagg.simplex.solve_simplex_qp`][fairagg.simplex.solve_simplex_qp]'s checks, with their
+    messages. Both give the same bits."""
     arrays = _state_arrays(state)
     if arrays is not None:
         A, b, amax, ok = _ftrl_system(*arrays, alpha, beta, variant == "paper")
@@ -636,7 +646,8 @@ def quadratic_ftrl_step(
     x0: Any = None,
 ) -> QPResult:
     """AAgFF-S's next decision p^{t+1}, the exact simplex minimiser of
-    :func:`quadratic_ftrl_problem` (warm-started from ``x0``, e.g. p^t).
+    [`quadratic_ftrl_problem`][fairagg.online.quadratic_ftrl_problem] (warm-started from ``x0``,
+    e.g. p^t).
 
     A = αI + β Σ g gᵀ (or α(1 + β)I + β Σ g gᵀ) with α > 0 is positive definite by construction,
     so the solver skips its Cholesky proof of that on a warm start.
@@ -681,8 +692,9 @@ def quadratic_ftrl_round(
     variant: str = "paper",
     factor: QPFactor | None = None,
 ) -> FTRLRound:
-    """One round of AAgFF-S: :func:`quadratic_ftrl_update` with (g_t, p_t), then
-    :func:`quadratic_ftrl_step` warm-started at p_t, the decision just played.
+    """One round of AAgFF-S: [`quadratic_ftrl_update`][fairagg.online.quadratic_ftrl_update] with
+    (g_t, p_t), then [`quadratic_ftrl_step`][fairagg.online.quadratic_ftrl_step] warm-started at
+    p_t, the decision just played.
 
     ``factor``, the one the previous round returned, lets the solver begin from its Cholesky
     factor of the free block updated by β g_tgₜᵀ (A grows by exactly that, in both variants), O(K²),
@@ -825,8 +837,8 @@ def official_first_decision(num_clients: int, inclusion_probability: float) -> n
 def aaggff_d_decision(grad_sum: Any, rounds: int, lipschitz: float) -> np.ndarray:
     """AAgFF-D's decision after t rounds: p_i ∝ exp(−√(log K) G_{t,i} / (L∞ √(t+1))) (SPEC §5).
 
-    Entropic FTRL (:func:`entropic_ftrl`) with η_{t+1} = L∞ √(t+1) / √(log K); t = 0 gives the
-    uniform p¹; K = 1 gives [1].
+    Entropic FTRL ([`entropic_ftrl`][fairagg.online.entropic_ftrl]) with η_{t+1} = L∞ √(t+1) / √(log
+    K); t = 0 gives the uniform p¹; K = 1 gives [1].
     """
     G = as_float_array(grad_sum, "grad_sum", ndim=1, dtype=np.float64, min_size=1)
     t = check_int(rounds, "rounds", low=0)
@@ -853,9 +865,9 @@ def play_aaggff_s(
     """Decisions p_1..p_T of AAgFF-S on a full-information response sequence (Theorem 1's setting).
 
     p_1 is uniform (``variant="official"``: the public code's all-ones vector, see
-    :func:`official_first_decision`); after r_t, g_t = −r_t/(1 + ⟨p_t, r_t⟩) joins the sums and
-    p_{t+1} is the exact quadratic-FTRL minimiser. Defaults: :func:`aaggff_s_defaults`
-    (L∞ = 1/K).
+    [`official_first_decision`][fairagg.online.official_first_decision]); after r_t, g_t = −r_t/(1 +
+    ⟨p_t, r_t⟩) joins the sums and p_{t+1} is the exact quadratic-FTRL minimiser. Defaults:
+    [`aaggff_s_defaults`][fairagg.online.aaggff_s_defaults] (L∞ = 1/K).
 
     Returns
     -------
@@ -903,7 +915,7 @@ def play_aaggff_d(
     does; ``gradient="exact"`` (full information only) uses g_t = −r_t/(1 + ⟨p_t, r_t⟩), the
     learner Theorem 2 analyses. C = ``inclusion_probability`` (default m/K) enters the
     doubly-robust estimate and the default L∞ = 2 + C (SPEC §5). p_1 is uniform, or C·1 with
-    ``variant="official"`` (:func:`official_first_decision`).
+    ``variant="official"`` ([`official_first_decision`][fairagg.online.official_first_decision]).
 
     Returns
     -------

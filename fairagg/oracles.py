@@ -30,26 +30,28 @@ solver. Defaults:
   objectives are divided by η (or by the number of rounds) before solving, which leaves the argmin
   unchanged and makes Clarabel markedly more reliable; ``value`` is scaled back.
 
-Federated optima. :func:`qffl_optimum` and :func:`afl_optimum` state the q-FFL objective and
-the AFL minimax problem of a ``fairagg.models.LogisticRegression`` on federated data (rows of all
-clients concatenated, client k owning ``offsets[k]:offsets[k+1]``) as exponential- and power-cone
-programs (Clarabel by default). They are the slowest oracles (~30-100 ms on the small problems of
-the tests) and the least accurate: the tighter rungs usually end "almost solved", so they are solved
-to Clarabel's default 1e-8, which leaves values accurate to ~1e-8 relative but gradients at the
-returned argmin of up to ~1e-4 of their scale (see their docstrings). Where every rung ends
-"almost solved", the ladder is run again with Clarabel's step length capped at 0.9, then 0.8.
+Federated optima. [`qffl_optimum`][fairagg.oracles.qffl_optimum] and
+[`afl_optimum`][fairagg.oracles.afl_optimum] state the q-FFL objective and the AFL minimax problem
+of a ``fairagg.models.LogisticRegression`` on federated data (rows of all clients concatenated,
+client k owning ``offsets[k]:offsets[k+1]``) as exponential- and power-cone programs (Clarabel by
+default). They are the slowest oracles (~30-100 ms on the small problems of the tests) and the least
+accurate: the tighter rungs usually end "almost solved", so they are solved to Clarabel's default
+1e-8, which leaves values accurate to ~1e-8 relative but gradients at the returned argmin of up to
+~1e-4 of their scale (see their docstrings). Where every rung ends "almost solved", the ladder is
+run again with Clarabel's step length capped at 0.9, then 0.8.
 
 The same tolerance ladders are used when ``solver="OSQP"`` or ``solver="CLARABEL"`` is passed to
 any oracle; other solvers run with cvxpy's defaults (SCS: about 1e-3 to 1e-5). ``**solver_options``
 are passed to ``cvxpy.Problem.solve`` and override the defaults (an overridden tolerance applies to
 every rung, so overriding all of them leaves a single solve). Every oracle raises
-:class:`OracleError` (a :class:`RuntimeError`), naming the oracle, the statuses and anything the
-solver printed, unless the solver reports the problem solved to optimality; nothing a solver
-prints reaches the terminal. OSQP reads magnitudes of 1e30 and above as infinite, so a quadratic
-program whose data (after the exact power-of-two scaling of :func:`simplex_qp`,
-:func:`min_norm_point` and :func:`a_norm_projection`) has such entries is refused up front with
-an :class:`OracleError` naming the argument; bad input is a ``ValueError``/``TypeError`` as
-everywhere in fairagg.
+[`OracleError`][fairagg.oracles.OracleError] (a ``RuntimeError``), naming the oracle, the statuses
+and anything the solver printed, unless the solver reports the problem solved to optimality; nothing
+a solver prints reaches the terminal. OSQP reads magnitudes of 1e30 and above as infinite, so a
+quadratic program whose data (after the exact power-of-two scaling of
+[`simplex_qp`][fairagg.oracles.simplex_qp], [`min_norm_point`][fairagg.oracles.min_norm_point] and
+[`a_norm_projection`][fairagg.oracles.a_norm_projection]) has such entries is refused up front with
+an [`OracleError`][fairagg.oracles.OracleError] naming the argument; bad input is a
+``ValueError``/``TypeError`` as everywhere in fairagg.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ __all__ = [
 class OracleError(RuntimeError):
     """An oracle's solver did not reach an optimal solution (or cannot take the problem's
     data): the message names the oracle and what the solver reported. A subclass of
-    :class:`RuntimeError`, so code that caught that before still does."""
+    ``RuntimeError``, so code that caught that before still does."""
 
 
 class OracleResult(NamedTuple):
@@ -94,7 +96,8 @@ class OracleResult(NamedTuple):
     Attributes
     ----------
     x : ndarray of float64
-        The argmin (argmax for :func:`best_fixed_decision`), exactly as the solver returned it.
+        The argmin (argmax for [`best_fixed_decision`][fairagg.oracles.best_fixed_decision]),
+        exactly as the solver returned it.
     value : float
         The optimal objective value, in the problem's own sign and scale.
     status : str
@@ -411,7 +414,8 @@ def project_simplex(
     y : array_like, shape (K,)
         Point to project, finite, K ≥ 1.
     total : float
-        The sum constraint, > 0 (as :func:`fairagg.simplex.project_simplex`).
+        The sum constraint, > 0 (as
+        [`fairagg.simplex.project_simplex`][fairagg.simplex.project_simplex]).
     solver : str, optional
         A cvxpy solver name; OSQP by default.
     **solver_options
@@ -509,7 +513,7 @@ def simplex_qp(
     b : array_like, shape (K,)
         Linear term, K ≥ 1.
     lower, upper, total
-        The box-simplex, as in :func:`project_box_simplex`.
+        The box-simplex, as in [`project_box_simplex`][fairagg.oracles.project_box_simplex].
     solver : str, optional
         A cvxpy solver name; OSQP by default.
     **solver_options
@@ -570,7 +574,7 @@ def min_norm_point(
     vectors : array_like, shape (m, d)
         The vectors v_k as rows, finite, m ≥ 1, d ≥ 1.
     lower, upper
-        Bounds on λ, as in :func:`project_box_simplex` (total 1).
+        Bounds on λ, as in [`project_box_simplex`][fairagg.oracles.project_box_simplex] (total 1).
     solver : str, optional
         A cvxpy solver name; OSQP by default.
     **solver_options
@@ -619,7 +623,7 @@ def a_norm_projection(
     A : array_like, shape (K, K)
         Positive semidefinite matrix.
     lower, upper
-        The box, as in :func:`project_box_simplex` (total 1).
+        The box, as in [`project_box_simplex`][fairagg.oracles.project_box_simplex] (total 1).
     solver : str, optional
         A cvxpy solver name; OSQP by default.
     **solver_options
@@ -949,7 +953,7 @@ def _solve_cone(
     solver_options: dict[str, Any],
     oracle: str,
 ) -> tuple[np.ndarray, float, str, str]:
-    """:func:`_solve` with Clarabel by default, retried with shorter interior-point steps.
+    """``_solve`` with Clarabel by default, retried with shorter interior-point steps.
 
     On the federated problems (hundreds of exponential cones, a power cone) Clarabel's default
     run stalls just short of even its default tolerance 1e-8 on a few per cent of small random
@@ -1135,8 +1139,8 @@ def afl_optimum(
     """The AFL minimax optimum of a logistic-regression model: min_θ max_k F_k(θ).
 
     Agnostic federated learning (Mohri et al. 2019) over the whole simplex of client mixtures:
-    min_θ max_{λ∈Δ} Σ_k λ_k F_k(θ) = min_θ max_k F_k(θ), with F_k as in :func:`qffl_optimum`.
-    Epigraph form, stated literally in cvxpy::
+    min_θ max_{λ∈Δ} Σ_k λ_k F_k(θ) = min_θ max_k F_k(θ), with F_k as in
+    [`qffl_optimum`][fairagg.oracles.qffl_optimum]. Epigraph form, stated literally in cvxpy::
 
         minimise t  subject to  F_k(θ) ≤ t  for every k.
 
@@ -1145,16 +1149,17 @@ def afl_optimum(
     V*, and V* = min_θ Σ λ*_k F_k(θ). The q-FFL optimum tends to this one as q → ∞:
     V* ≤ max_k F_k(θ_q*) ≤ K^{1/(q+1)} V* (uniform p_k).
 
-    Existence and uniqueness as in :func:`qffl_optimum` (every class must occur in ``y``); λ* may
-    also be non-unique. Typical accuracy with the default Clarabel settings (the small problems
-    of :func:`qffl_optimum`): ``value`` ≥ max_k F_k(``x``) by at most ~1e-8 relative; Σλ* = 1 to
-    ~1e-9, λ* entries ≥ 0 up to round-off (the interior-point duals of inactive constraints are
-    ~1e-11, not 0); ‖Σ λ*_k ∇F_k(x)‖ up to ~1e-4 of the largest ‖∇F_k(x)‖.
+    Existence and uniqueness as in [`qffl_optimum`][fairagg.oracles.qffl_optimum] (every class must
+    occur in ``y``); λ* may also be non-unique. Typical accuracy with the default Clarabel settings
+    (the small problems of [`qffl_optimum`][fairagg.oracles.qffl_optimum]): ``value`` ≥ max_k
+    F_k(``x``) by at most ~1e-8 relative; Σλ* = 1 to ~1e-9, λ* entries ≥ 0 up to round-off (the
+    interior-point duals of inactive constraints are ~1e-11, not 0); ‖Σ λ*_k ∇F_k(x)‖ up to ~1e-4 of
+    the largest ‖∇F_k(x)‖.
 
     Parameters
     ----------
     model, X, y, offsets
-        As in :func:`qffl_optimum`.
+        As in [`qffl_optimum`][fairagg.oracles.qffl_optimum].
     solver : str, optional
         A cvxpy solver supporting the exponential cone; Clarabel by default.
     **solver_options

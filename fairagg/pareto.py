@@ -9,7 +9,8 @@ their gradients vanishes. The certificate
 
 is 0 exactly at Pareto-stationary points (for convex F_k: at Pareto-optimal points), and the λ
 attaining it is the MGDA direction's weights. It is computed exactly by the min-norm solver
-:func:`fairagg.simplex.min_norm_weights` on the Gram matrix of the gradients.
+[`fairagg.simplex.min_norm_weights`][fairagg.simplex.min_norm_weights] on the Gram matrix of the
+gradients.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def pareto_certificate(grads: Any) -> ParetoCertificate:
 
 
 def model_pareto_certificate(model: FlatModel, params: Any, data: Any) -> ParetoCertificate:
-    """:func:`pareto_certificate` of the full-batch gradients ∇F_k(w) of every client of the
-    federated ``data`` (training splits) for ``model`` at ``params``."""
+    """[`pareto_certificate`][fairagg.pareto.pareto_certificate] of the full-batch gradients ∇F_k(w)
+    of every client of the federated ``data`` (training splits) for ``model`` at ``params``."""
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     data = check_federated_data(data)

@@ -1,7 +1,7 @@
 """PNG plots of simulation histories (matplotlib, Agg backend: no display needed).
 
-Each function takes one or more labelled :class:`~fairagg.simulate.History` objects and writes one
-PNG; overlaying several histories is how ``fairagg compare`` shows rules side by side.
+Each function takes one or more labelled [`History`][fairagg.simulation.History] objects and writes
+one PNG; overlaying several histories is how ``fairagg compare`` shows rules side by side.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from ._checks import check_int
 from .metrics import acf
-from .simulate import History
+from .simulation import History
 
 __all__ = ["plot_acf", "plot_accuracy_distribution", "plot_curves"]
 
@@ -96,8 +96,9 @@ def plot_accuracy_distribution(histories: Mapping[str, History], path: str | Pat
 def plot_acf(histories: Mapping[str, History], path: str | Path, max_lag: int = 40) -> Path:
     """Correlogram (FairAvg, eqs. 6-7) of each history's per-round mean test accuracy.
 
-    A history whose series is constant (ACF undefined) is listed in the legend as such and not
-    drawn.
+    A history whose series is constant (ACF undefined), or too short for one lag (a single
+    evaluation after the initial model, as in a run of one round), is listed in the legend as such
+    and not drawn.
     """
     _check_plot_args(histories, path)
     max_lag = check_int(max_lag, "max_lag", low=1)
@@ -107,6 +108,9 @@ def plot_acf(histories: Mapping[str, History], path: str | Path, max_lag: int = 
         series = h.mean_test_accuracy()[1:]  # the rounds, not the initial model
         lags = min(max_lag, series.size - 1)
         if lags < 1:
+            n = series.size
+            ax.plot([], [], label=f"{label} ({n} evaluation{'s' * (n != 1)} after round 0: too "
+                    "few for an ACF)")  # fmt: skip
             continue
         try:
             r = acf(series, lags)

@@ -6,10 +6,10 @@ Enable it in your ``conftest.py`` with ``pytest_plugins = ["fairagg.pytest_plugi
     def test_my_qfedavg(fairagg_conformance):
         fairagg_conformance(my_qfedavg, "qfedavg_step")
 
-The fixture is :func:`fairagg.conformance.check` that fails the test with the minimised mismatch
-(no traceback into the harness) and returns the report when the implementation conforms. The
-option ``--fairagg-max-examples N`` sets the generated examples of every check that does not
-give ``max_examples`` itself.
+The fixture is [`fairagg.conformance.check`][fairagg.conformance.check] that fails the test with the
+minimised mismatch (no traceback into the harness) and returns the report when the implementation
+conforms. The option ``--fairagg-max-examples N`` sets the generated examples of every check that
+does not give ``max_examples`` itself.
 
 It is opt-in, not registered for every pytest run of an environment with fairagg installed:
 loading it imports fairagg (and numba), which a test suite that never uses the fixture should
@@ -39,8 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def fairagg_conformance(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """``check(fn, target, **options)`` (see :func:`fairagg.conformance.check`) that fails the
-    test with the minimised case on a mismatch."""
+    """``check(fn, target, **options)`` (see
+    [`fairagg.conformance.check`][fairagg.conformance.check]) that fails the test with the minimised
+    case on a mismatch."""
     from fairagg.conformance import check
 
     default = request.config.getoption("fairagg_max_examples")

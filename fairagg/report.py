@@ -1,30 +1,38 @@
 """Reports from saved runs: tables, plots and a self-contained HTML page, without training.
 
-:func:`write_report` reads the histories that ``fairagg run`` and ``fairagg compare`` save
+``write_report`` reads the histories that ``fairagg run`` and ``fairagg compare`` save
 (``history.npz``), groups the runs that share a configuration but not a seed, and writes
 
-- ``report.csv``: one row per group, every metric of
-  :func:`fairagg.metrics.fairness_summary` (final evaluation) as the mean and the population
-  standard deviation over the group's seeds;
+- ``report.csv``: one row per group: whether its runs completed (``status``, ``runs_stopped``),
+  the rounds asked and the fewest rounds a run of the group completed and was evaluated at
+  (``rounds_asked``, ``rounds_completed``, ``evaluated_round``), and every metric of
+  [`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary] (each run's last
+  evaluation) as the mean and the population standard deviation over the group's seeds;
 - ``curves.png``: the sample-weighted average, the worst-10 % and the variance of the client
   accuracies and the training loss against the round, the mean over seeds with a band of ± one
   standard deviation;
-- ``accuracy_distribution.png``: the final per-client test accuracies of each group (every
-  client of every seed);
+- ``accuracy_distribution.png``: the per-client test accuracies of each run's last evaluation
+  (every client of every seed), by group;
 - ``report.md`` (the tables) and ``report.html`` (the tables, the plots embedded and every
   configuration: one file to send).
 
-Accuracies are in percent, the variance in %², as in :func:`fairagg.metrics.fairness_summary`.
+A run that stopped before its last round (interrupted, diverged: its history's ``status`` is
+not ``"completed"``) is reported as such: its rounds completed of the rounds asked and why it
+stopped, and tables that say its accuracies are not final.
+
+Accuracies are in percent, the variance in %², as in
+[`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary].
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import html
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from .metrics import fairness_summary
-from .simulate import History
+from .simulation import History
 
 __all__ = ["REPORT_FILES", "write_report"]
 
-#: The files :func:`write_report` writes.
+#: The files ``write_report`` writes.
 REPORT_FILES = (
     "report.csv",
     "report.md",
@@ -71,6 +79,46 @@ class RunGroup:
     def seeds(self) -> list[Any]:
         return [h.config.get("seed") for h in self.histories]
 
+    @property
+    def stopped(self) -> int:
+        """How many of the group's runs did not complete their rounds."""
+        return sum(h.status != "completed" for h in self.histories)
+
+
+def run_state(h: History) -> dict[str, Any]:
+    """What a saved run did: its ``status`` (``"completed"``, ``"stopped: <reason>"`` or
+    ``"running"``, see [`History`][fairagg.simulation.History]), ``rounds_asked`` (the configured
+    rounds, None where the history has no configuration), ``rounds_completed`` and
+    ``evaluated_round`` (the round of its last evaluation, which its metrics describe; None
+    without one)."""
+    asked = h.config.get("rounds")
+    evals = h._rows["eval_round"]
+    return {
+        "status": h.status,
+        "rounds_asked": None if asked is None else int(asked),
+        "rounds_completed": h.num_rounds,
+        "evaluated_round": int(evals[-1]) if evals else None,
+    }
+
+
+def describe_run(h: History) -> str:
+    """One line of what a saved run did, e.g. ``"37 of 100 rounds, stopped (KeyboardInterrupt)"``
+    or ``"100 of 100 rounds, completed"``."""
+    s = run_state(h)
+    asked = "?" if s["rounds_asked"] is None else s["rounds_asked"]
+    text = f"{s['rounds_completed']} of {asked} rounds, "
+    status = str(s["status"])
+    if status == "completed":
+        text += "completed"
+    elif status.startswith("stopped:"):
+        reason = status.removeprefix("stopped:").strip().rstrip(":").strip()
+        text += f"stopped ({reason})" if reason else "stopped"
+    else:
+        text += f"not finished (status {status!r})"
+    if s["evaluated_round"] is not None and s["evaluated_round"] != s["rounds_completed"]:
+        text += f", last evaluated at round {s['evaluated_round']}"
+    return text
+
 
 def find_runs(runs: Iterable[str | os.PathLike]) -> list[Path]:
     """The saved histories under ``paths``: a ``history.npz`` (or ``*history.npz``) file, a run
@@ -101,6 +149,18 @@ def find_runs(runs: Iterable[str | os.PathLike]) -> list[Path]:
     return found
 
 
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write, renamed over ``path`` once written: an
+    interruption leaves the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _key(config: dict[str, Any]) -> str:
     return json.dumps(
         {k: v for k, v in config.items() if k not in _NOT_EXPERIMENT}, sort_keys=True, default=str
@@ -109,7 +169,7 @@ def _key(config: dict[str, Any]) -> str:
 
 def group_runs(histories: Sequence[History], sources: Sequence[str] | None = None):
     """Group histories by configuration (all but the seed); label each group by its rule, with
-    the settings that tell groups of one rule apart. Returns a list of :class:`RunGroup`."""
+    the settings that tell groups of one rule apart. Returns a list of ``RunGroup``."""
     sources = list(sources) if sources is not None else [""] * len(histories)
     groups: dict[str, RunGroup] = {}
     for h, src in zip(histories, sources, strict=True):
@@ -170,7 +230,16 @@ def _rows(groups: list[RunGroup]) -> list[dict[str, Any]]:
     rows = []
     for g in groups:
         summaries = [h.summary() for h in g.histories]
-        row: dict[str, Any] = {"group": g.label, "runs": len(g.histories)}
+        states = [run_state(h) for h in g.histories]
+        row: dict[str, Any] = {
+            "group": g.label,
+            "runs": len(g.histories),
+            "status": "stopped" if g.stopped else "completed",
+            "runs_stopped": g.stopped,
+            "rounds_asked": g.config.get("rounds"),
+            "rounds_completed": min(s["rounds_completed"] for s in states),
+            "evaluated_round": min(s["evaluated_round"] for s in states),
+        }
         for key in summaries[0]:
             mean, std = _stats([s[key] for s in summaries])
             row[f"{key}_mean"], row[f"{key}_std"] = mean, std
@@ -184,10 +253,24 @@ def _fmt(mean: float | None, std: float | None, n: int, spec: str = ".2f") -> st
     return f"{mean:{spec}}" if n == 1 else f"{mean:{spec}} ± {std:{spec}}"
 
 
+def _rounds_cell(g: RunGroup) -> str:
+    """``"100 of 100"``, or the range of rounds the group's runs completed."""
+    done = sorted({h.num_rounds for h in g.histories})
+    asked = g.config.get("rounds", "?")
+    return f"{done[0]} of {asked}" if len(done) == 1 else f"{done[0]}–{done[-1]} of {asked}"
+
+
+def _status_cell(g: RunGroup) -> str:
+    n = len(g.histories)
+    if not g.stopped:
+        return "completed"
+    return "stopped" if n == 1 else f"{g.stopped} of {n} stopped"
+
+
 def _table_cells(groups: list[RunGroup], rows: list[dict[str, Any]]) -> list[list[str]]:
     cells = []
     for g, r in zip(groups, rows, strict=True):
-        line = [g.label, str(r["runs"])]
+        line = [g.label, str(r["runs"]), _rounds_cell(g), _status_cell(g)]
         for key, _ in _TABLE:
             line.append(_fmt(r[f"{key}_mean"], r[f"{key}_std"], r["runs"],
                              ".4f" if key == "kl" else ".2f"))  # fmt: skip
@@ -209,21 +292,32 @@ def _plot_curves(groups: list[RunGroup], path: Path) -> None:
     }
     for g in groups:
         curves = [_curves(h) for h in g.histories]
-        x = g.histories[0].eval_round
+        # runs that stopped early have fewer evaluations: each round is the mean over the runs
+        # that reached it
+        x = np.unique(np.concatenate([h.eval_round for h in g.histories]))
+        at = [np.searchsorted(x, h.eval_round) for h in g.histories]
+        n = len(curves)
+        parts = [f"{n} seeds"] if n > 1 else []
+        parts += [("stopped" if n == 1 else f"{g.stopped} stopped")] if g.stopped else []
+        label = f"{g.label} ({', '.join(parts)})" if parts else g.label
         for ax, key in zip(axes, titles, strict=True):
-            ys = np.array([c[key] for c in curves if c[key].shape == x.shape])
-            mean = ys.mean(axis=0)
-            (line,) = ax.plot(x, mean, lw=1.3, label=f"{g.label} ({len(ys)} seeds)"
-                              if len(ys) > 1 else g.label)  # fmt: skip
-            if len(ys) > 1:
-                std = ys.std(axis=0)
+            ys = np.full((n, x.size), np.nan)
+            for row, idx, c in zip(ys, at, curves, strict=True):
+                row[idx] = c[key]
+            reached = np.isfinite(ys)
+            mean = np.where(reached, ys, 0.0).sum(axis=0) / reached.sum(axis=0)
+            (line,) = ax.plot(x, mean, lw=1.3, label=label)
+            if n > 1:
+                dev = np.where(reached, ys - mean, 0.0)
+                std = np.sqrt((dev**2).sum(axis=0) / reached.sum(axis=0))
                 ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
     for ax, (title, ylabel) in zip(axes, titles.values(), strict=True):
         ax.set(xlabel="round", ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -236,15 +330,45 @@ def _plot_distribution(groups: list[RunGroup], path: Path) -> None:
     for g in groups:
         acc = np.concatenate([100.0 * h.test_accuracy[-1] for h in g.histories])
         n = len(g.histories)
-        ax.hist(acc, bins=bins, histtype="step", lw=1.6, density=True,
-                label=f"{g.label} (mean {acc.mean():.1f}%, {n} seed{'s' * (n > 1)})")  # fmt: skip
-    ax.set(xlabel="final test accuracy of a client (%)", ylabel="share of clients per %",
+        label = f"{g.label} (mean {acc.mean():.1f}%, {n} seed{'s' * (n > 1)}"
+        label += f", {g.stopped} stopped)" if g.stopped else ")"
+        ax.hist(acc, bins=bins, histtype="step", lw=1.6, density=True, label=label)
+    final = "final" if not any(g.stopped for g in groups) else "last evaluated"
+    ax.set(xlabel=f"{final} test accuracy of a client (%)", ylabel="share of clients per %",
            title="Distribution of client accuracies (every client of every seed)")  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def _intro(groups: list[RunGroup]) -> tuple[str, str]:
+    """What the tables hold: ``(sentence, warning)``, the warning empty where every run
+    completed its rounds."""
+    stopped = sum(g.stopped for g in groups)
+    if not stopped:
+        return (
+            "Final test accuracies over the clients (after each run's last round); mean ± "
+            "standard deviation over seeds.",
+            "",
+        )
+    n = sum(len(g.histories) for g in groups)
+    return (
+        "Test accuracies over the clients at each run's last evaluation; mean ± standard "
+        "deviation over seeds.",
+        f"Not final: {stopped} of {n} runs stopped before their last round; their accuracies "
+        "are those of the round they reached (Runs, below).",
+    )
+
+
+def _run_lines(g: RunGroup) -> list[str]:
+    """One line per run of the group: its seed, what it did and where it is."""
+    return [
+        f"seed {seed}: {describe_run(h)}" + (f": {src}" if src else "")
+        for seed, h, src in zip(g.seeds, g.histories, g.sources, strict=True)
+    ]
 
 
 def _markdown_table(header: list[str], cells: list[list[str]]) -> str:
@@ -267,17 +391,18 @@ def _html(groups: list[RunGroup], header: list[str], cells: list[list[str]], out
     )
     configs = "".join(
         f"<h3>{html.escape(g.label)}</h3><p>seeds {html.escape(', '.join(map(str, g.seeds)))}"
-        f": {html.escape(', '.join(g.sources))}</p><pre>"
-        f"{html.escape(json.dumps(g.config, indent=2, default=str))}</pre>"
+        "</p><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in _run_lines(g)) + "</ul>"
+        f"<pre>{html.escape(json.dumps(g.config, indent=2, default=str))}</pre>"
         for g in groups
     )
+    intro, warning = _intro(groups)
+    warning = f"<p><strong>{html.escape(warning)}</strong></p>" if warning else ""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>fairagg report</title>"
         "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
         "text-align:right}td:first-child{text-align:left}</style></head><body>"
-        "<h1>fairagg report</h1>"
-        "<p>Final test accuracies over the clients; mean ± standard deviation over seeds.</p>"
+        f"<h1>fairagg report</h1><p>{html.escape(intro)}</p>{warning}"
         f"<table><tr>{head}</tr>{body}</table>"
         f"<h2>Curves</h2>{img('curves.png')}"
         f"<h2>Client accuracies</h2>{img('accuracy_distribution.png')}"
@@ -287,8 +412,13 @@ def _html(groups: list[RunGroup], header: list[str], cells: list[list[str]], out
 
 def write_report(runs: Iterable[str | os.PathLike], out: str | os.PathLike) -> list[Path]:
     """Write the report of the saved runs ``runs`` (folders or history files, see
-    :func:`find_runs`) into the folder ``out`` (created; the report's own files in it are
-    replaced). Returns the paths written (:data:`REPORT_FILES`)."""
+    ``find_runs``) into the folder ``out`` (created; the report's own files in it are
+    replaced, each written to a temporary file renamed over the old). Returns the paths written
+    (``REPORT_FILES``).
+
+    A run whose history's ``status`` is not ``"completed"`` is reported with the rounds it
+    completed of the rounds asked and why it stopped, and the tables then do not call its
+    accuracies final."""
     paths = find_runs(runs)
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path; got {type(out).__name__}")
@@ -305,19 +435,21 @@ def write_report(runs: Iterable[str | os.PathLike], out: str | os.PathLike) -> l
     groups = group_runs(histories, [str(p) for p in paths])
     out.mkdir(parents=True, exist_ok=True)
     rows = _rows(groups)
-    with open(out / "report.csv", "w", newline="") as fh:
+    with _replacing(out / "report.csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     _plot_curves(groups, out / "curves.png")
     _plot_distribution(groups, out / "accuracy_distribution.png")
-    header = ["group", "runs", *[h for _, h in _TABLE]]
+    header = ["group", "runs", "rounds", "status", *[h for _, h in _TABLE]]
     cells = _table_cells(groups, rows)
+    intro, warning = _intro(groups)
     md = [
         "# fairagg report",
         "",
-        "Final test accuracies over the clients; mean ± standard deviation over seeds.",
+        intro,
         "",
+        *([f"**{warning}**", ""] if warning else []),
         _markdown_table(header, cells),
         "",
         "![curves](curves.png)",
@@ -327,11 +459,17 @@ def write_report(runs: Iterable[str | os.PathLike], out: str | os.PathLike) -> l
         "## Runs",
         "",
         *[
-            f"- {g.label} (seeds {', '.join(map(str, g.seeds))}): {', '.join(g.sources)}"
+            line
             for g in groups
+            for line in (
+                f"- {g.label} (seeds {', '.join(map(str, g.seeds))})",
+                *[f"  - {run}" for run in _run_lines(g)],
+            )
         ],
         "",
     ]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
-    (out / "report.html").write_text(_html(groups, header, cells, out), encoding="utf-8")
+    with _replacing(out / "report.md") as tmp:
+        tmp.write_text("\n".join(md), encoding="utf-8")
+    with _replacing(out / "report.html") as tmp:
+        tmp.write_text(_html(groups, header, cells, out), encoding="utf-8")
     return [out / f for f in REPORT_FILES]

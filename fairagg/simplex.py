@@ -197,7 +197,7 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
     S(τ) = Σ_i clip(y_i − τ, lo_i, hi_i) is continuous, non-increasing and piecewise linear:
     coordinate i sits at hi_i for τ ≤ y_i − hi_i, equals y_i − τ up to τ = y_i − lo_i and sits at
     lo_i after. Bisection over the sorted breakpoints, with S summed afresh from clipped values
-    at each (:func:`_box_sum`), finds the segment (t_a, t_b] where S crosses s at any scale of
+    at each (``_box_sum``), finds the segment (t_a, t_b] where S crosses s at any scale of
     y. The coordinates whose value differs between t_a and t_b are the ones that move there;
     they are solved again as a box projection of y_i − max y_F with the sum left to them, so
     that their breakpoints are computed relative to each other: with y = (0.1, −0.5, 0.3, 1.2)
@@ -260,7 +260,7 @@ def project_box_simplex(
     piecewise-linear S(τ) = Σ_i clip(y_i − τ, lower_i, upper_i) = total. A sweep over the 2K sorted
     breakpoints y_i − upper_i, y_i − lower_i finds the segment where S crosses ``total`` and solves
     the linear equation there: O(K log K), exact up to round-off. With ``lower = 0``,
-    ``upper = inf`` this is :func:`project_simplex`.
+    ``upper = inf`` this is [`project_simplex`][fairagg.simplex.project_simplex].
 
     Parameters
     ----------
@@ -531,7 +531,7 @@ def _chol_kkt(A, b, x, state, free, nf, L, total):  # pragma: no cover - compile
 
 @numba.njit(cache=True, fastmath=_REASSOC)
 def _bordered_kkt(A, b, x, state, free, nf, total):  # pragma: no cover - compiled
-    """The free-set minimiser of :func:`_chol_kkt` for a semidefinite A: the bordered system
+    """The free-set minimiser of ``_chol_kkt`` for a semidefinite A: the bordered system
     [A_FF −1; 1ᵀ 0] solved by LU. Returns (x_F, ν, ok); a solution with a large residual (a
     numerically singular system) is reported as not ok.
     """
@@ -854,7 +854,7 @@ def _qp(  # pragma: no cover - compiled
     ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0`` and
     start there, 2 ``x0`` is already feasible. ``check``: prove A positive definite on a warm
     start (a cold start always does). ``L``, ``free``, ``nf0``, ``age0``: the factor buffers of
-    :func:`_active_set` (a given factor is only used on a warm start). Returns (x, state, ν,
+    ``_active_set`` (a given factor is only used on a warm start). Returns (x, state, ν,
     iterations, status, kkt_residual, nf, age); status 3 means A is not positive definite.
     """
     K = b.shape[0]
@@ -993,7 +993,8 @@ def solve_simplex_qp(
     ----------
     A : array_like, shape (K, K)
         Symmetric positive definite (``ValueError`` otherwise; for a semidefinite Gram matrix use
-        :func:`min_norm_weights`). Symmetrised as (A + Aᵀ)/2 after a symmetry check.
+        [`min_norm_weights`][fairagg.simplex.min_norm_weights]). Symmetrised as (A + Aᵀ)/2 after a
+        symmetry check.
     b : array_like, shape (K,)
     lower, upper : float or array_like, shape (K,)
         Box bounds (default: the simplex).
@@ -1019,7 +1020,8 @@ class QPFactor(NamedTuple):
     """The Cholesky factor of A_FF that an active-set solve ended with, to start the next solve
     of a rank-one update of A from (AAgFF-S's A grows by β g gᵀ each round): an O(K²) update
     instead of an O(K³) factorisation. Treat it as opaque:
-    :func:`fairagg.online.quadratic_ftrl_round` creates and consumes it.
+    [`fairagg.online.quadratic_ftrl_round`][fairagg.online.quadratic_ftrl_round] creates and
+    consumes it.
 
     Attributes
     ----------
@@ -1067,8 +1069,9 @@ _KEPT_FACTOR_RESIDUAL = 1e-10
 def _solve_simplex_qp(
     A, b, lower, upper, total, x0, max_iter, check_definite, factor
 ) -> tuple[QPResult, QPFactor]:
-    """:func:`solve_simplex_qp` starting from ``factor`` (a :class:`QPFactor` of this A, or
-    None), whose buffers it reuses; returns the result and the factor it ended with."""
+    """[`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp] starting from ``factor`` (a
+    [`QPFactor`][fairagg.simplex.QPFactor] of this A, or None), whose buffers it reuses; returns the
+    result and the factor it ended with."""
     Am, bv, amax = _check_qp(A, b)
     K = bv.size
     s = check_real(total, "total", low=0.0, low_open=True)
@@ -1112,15 +1115,16 @@ _SAFE_EXPONENT = 400
 
 
 def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
-    """:func:`_solve_simplex_qp` on validated input: ``Am`` exactly symmetric, C-contiguous and
-    finite with ``amax`` = max |Am|, ``bv`` finite, ``lo``/``hi`` from :func:`check_box`,
-    ``start`` float64 (K,), ``warm`` 0 (cold) or 1 (project ``start``), ``it`` ≥ 1. Callers whose
-    A is symmetric by construction (AAgFF-S's) come here directly.
+    """``_solve_simplex_qp`` on validated input: ``Am`` exactly symmetric, C-contiguous and
+    finite with ``amax`` = max |Am|, ``bv`` finite, ``lo``/``hi`` from
+    [`check_box`][fairagg.simplex.check_box], ``start`` float64 (K,), ``warm`` 0 (cold) or 1
+    (project ``start``), ``it`` ≥ 1. Callers whose A is symmetric by construction (AAgFF-S's) come
+    here directly.
 
-    An A far from 1 is solved scaled, with b (:func:`_rescaling`, no further up than keeps b
+    An A far from 1 is solved scaled, with b (``_rescaling``, no further up than keeps b
     finite); the multiplier is scaled back, and no factor is kept (it would be the scaled
     A_FF's). A solve that ends at a non-finite or infeasible point is refused
-    (:class:`IllConditionedQPError`), never returned."""
+    (``IllConditionedQPError``), never returned."""
     K = bv.size
     e = _rescaling(amax)
     bmax = _absmax(bv)
@@ -1140,7 +1144,7 @@ def _solve_checked(Am, bv, amax, lo, hi, s, start, warm, it, check, factor):
 
 
 def _checked_result(res: QPResult, lo: np.ndarray, hi: np.ndarray, total: float) -> QPResult:
-    """``res``, or :class:`IllConditionedQPError` if its x is not finite or leaves the
+    """``res``, or ``IllConditionedQPError`` if its x is not finite or leaves the
     box-simplex beyond round-off (a NaN x reported a KKT residual of 0)."""
     x = res.x
     if not np.isfinite(x).all():
@@ -1162,7 +1166,8 @@ def a_norm_projection(
 ) -> QPResult:
     """Projection of ``y`` onto the box-simplex in the A-norm: argmin ½(x − y)ᵀA(x − y).
 
-    The QP of :func:`solve_simplex_qp` with b = −Ay; A symmetric positive definite.
+    The QP of [`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp] with b = −Ay; A symmetric
+    positive definite.
     """
     yv = as_float_array(y, "y", ndim=1, dtype=np.float64, min_size=1)
     Am, _, amax = _check_qp(A, yv)
@@ -1197,8 +1202,9 @@ class MinNormResult(NamedTuple):
     point : ndarray of float64, shape (d,) or None
         Σ λ_k v_k (None when only the Gram matrix was given).
     norm_sq : float
-        ‖Σ λ_k v_k‖² = λᵀGλ (from :func:`min_norm_point`: inf or 0 only where the exact value
-        leaves float64's range; the weights and the point are exact at every scale).
+        ‖Σ λ_k v_k‖² = λᵀGλ (from [`min_norm_point`][fairagg.simplex.min_norm_point]: inf or 0 only
+        where the exact value leaves float64's range; the weights and the point are exact at every
+        scale).
     qp : QPResult
         The underlying QP solution (active set, multiplier, iterations, KKT residual).
     """
@@ -1240,7 +1246,8 @@ def min_norm_weights(
     min-norm-point algorithm does (Wolfe 1976): a coordinate joins the free set only if it lowers
     the objective, hence the free vectors stay affinely independent and every free-set system is
     non-singular. A coordinate whose system is singular to working precision is held at its bound
-    (it cannot lower the objective). Same active-set method as :func:`solve_simplex_qp`, b = 0.
+    (it cannot lower the objective). Same active-set method as
+    [`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp], b = 0.
 
     Parameters
     ----------
@@ -1290,8 +1297,9 @@ def min_norm_point(
 ) -> MinNormResult:
     """Min-norm point of the convex hull of the rows of ``vectors`` (box-constrained weights).
 
-    min_{λ} ‖Σ_k λ_k v_k‖² over the box-simplex; see :func:`min_norm_weights`. The Gram matrix is
-    one GEMM (O(m² d)); the QP is O(m³) per iteration.
+    min_{λ} ‖Σ_k λ_k v_k‖² over the box-simplex; see
+    [`min_norm_weights`][fairagg.simplex.min_norm_weights]. The Gram matrix is one GEMM (O(m² d));
+    the QP is O(m³) per iteration.
 
     Parameters
     ----------

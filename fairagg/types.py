@@ -12,9 +12,9 @@ describe them best, documented by the rule), plus any diagnostic. A rule whose r
 not its iterate (AFL reports the running average of its iterates) also puts that model in
 ``info["model"]``; the simulator evaluates it and keeps it as the run's final model.
 
-What the clients compute for a rule is its :class:`LocalSpec` (``Rule.local``): local training
-that reports displacements δ_k (the default), local training on PropFair's surrogate loss, or one
-gradient ∇F_k(θ^t) per client for the SGD-type rules (SPEC §0).
+What the clients compute for a rule is its [`LocalSpec`][fairagg.types.LocalSpec] (``Rule.local``):
+local training that reports displacements δ_k (the default), local training on PropFair's surrogate
+loss, or one gradient ∇F_k(θ^t) per client for the SGD-type rules (SPEC §0).
 """
 
 from __future__ import annotations
@@ -101,10 +101,11 @@ class EmptyState(NamedTuple):
     """State of a stateless rule."""
 
 
-#: What :class:`LocalSpec` ``report`` may name.
+#: What [`LocalSpec`][fairagg.types.LocalSpec] ``report`` may name.
 LOCAL_REPORTS = ("deltas", "gradients")
 
-#: Which model's training accuracy the clients report (:class:`LocalSpec` ``accuracy_source``).
+#: Which model's training accuracy the clients report ([`LocalSpec`][fairagg.types.LocalSpec]
+#: ``accuracy_source``).
 ACCURACY_SOURCES = ("global", "local")
 
 
@@ -164,7 +165,8 @@ class LocalSpec(_LocalSpecFields):
 
 
 def check_local_spec(spec: Any) -> LocalSpec:
-    """Validate a :class:`LocalSpec` (``TypeError``/``ValueError`` naming the field)."""
+    """Validate a [`LocalSpec`][fairagg.types.LocalSpec] (``TypeError``/``ValueError`` naming the
+    field)."""
     if not isinstance(spec, LocalSpec):
         raise TypeError(f"rule.local must be a fairagg.LocalSpec; got {type(spec).__name__}")
     return _check_local_fields(spec)
@@ -200,7 +202,8 @@ def _check_local_fields(spec: Any) -> Any:
 
 class Rule(NamedTuple):
     """An aggregation rule: a name, its hyper-parameters, the pure ``init``/``step`` pair and what
-    the clients must compute for it (:class:`LocalSpec`; local training by default)."""
+    the clients must compute for it ([`LocalSpec`][fairagg.types.LocalSpec]; local training by
+    default)."""
 
     name: str
     init: Callable[[np.ndarray, int], Any]
@@ -222,12 +225,12 @@ def make_reports(
     gradients: Any = None,
     lr: float | None = None,
 ) -> RoundReports:
-    """Validate arrays and build a :class:`RoundReports`.
+    """Validate arrays and build a [`RoundReports`][fairagg.types.RoundReports].
 
     Every array must have m entries along its first axis; ``deltas`` and ``gradients`` must be
     finite 2-D float arrays of the same shape (``deltas`` may be None when ``gradients`` is
     given; it may also be a CUDA device array, kept on the device for a rule built with
-    ``backend="cuda"`` that takes one, see :func:`check_reports`), ``num_samples`` positive
+    ``backend="cuda"`` that takes one, see ``check_reports``), ``num_samples`` positive
     integers (sample counts) or positive reals (weights, kept as float64), ``losses`` finite and
     ≥ 0, ``accuracies`` in [0, 1], ``participations`` ≥ 1, ``lr`` > 0. Raises
     ``TypeError``/``ValueError`` naming the argument.

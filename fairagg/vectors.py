@@ -1,21 +1,23 @@
 """Golden vectors: language-neutral test cases of every registered rule and formula.
 
-``fairagg vectors --out DIR`` (:func:`write_vectors`) writes, for each rule of
-:data:`fairagg.RULES` and each formula function of :data:`FORMULAS`, a set of cases (``small``,
-``medium`` and degenerate ones: ties, zero updates, a single client, extreme losses, and the
-rule's variants) as JSON files: the inputs, every parameter, the outputs fairagg computes in
-float64, and the tolerance each comparison deserves. Arrays of more than :data:`INLINE_MAX`
-entries go to ``.npy`` files beside the JSON. ``DIR/schema.json`` is a JSON Schema of a case
-file and ``DIR/index.json`` lists the cases.
+``fairagg vectors --out DIR`` ([`write_vectors`][fairagg.vectors.write_vectors]) writes, for each
+rule of [`fairagg.RULES`][fairagg.RULES] and each formula function of
+[`FORMULAS`][fairagg.vectors.FORMULAS], a set of cases (``small``, ``medium`` and degenerate ones:
+ties, zero updates, a single client, extreme losses, and the rule's variants) as JSON files: the
+inputs, every parameter, the outputs fairagg computes in float64, and the tolerance each comparison
+deserves. Arrays of more than [`INLINE_MAX`][fairagg.vectors.INLINE_MAX] entries go to ``.npy``
+files beside the JSON. ``DIR/schema.json`` is a JSON Schema of a case file and ``DIR/index.json``
+lists the cases.
 
 Everything is generated deterministically from ``seed``: the inputs are bitwise reproducible on
 any machine (derived inputs, such as a Gram matrix, are correctly rounded sums rather than BLAS
 products); the expected outputs are bitwise reproducible on one machine and agree across
 machines within their tolerances, a few ulps apart (BLAS may sum in another order, NumPy's SIMD
-exp/log round differently by CPU). :func:`check_vectors` recomputes every case with the library
-and reports the comparisons that fail (:func:`compare_vectors` also each case's distance),
-which is how the stored set in the test suite is kept equal to what fairagg computes today, and
-how another implementation can be checked against the files.
+exp/log round differently by CPU). [`check_vectors`][fairagg.vectors.check_vectors] recomputes every
+case with the library and reports the comparisons that fail
+([`compare_vectors`][fairagg.vectors.compare_vectors] also each case's distance), which is how the
+stored set in the test suite is kept equal to what fairagg computes today, and how another
+implementation can be checked against the files.
 
 Case file (``schema_version`` 1)::
 
@@ -28,14 +30,14 @@ Case file (``schema_version`` 1)::
 
 A tolerance entry may also carry ``"argmin"``, the problem the output minimises when its
 minimiser is not unique (a min-norm weighting λ over a singular Gram matrix,
-:data:`NON_UNIQUE`): there another minimiser is as right as the stored one, so compare the
+``NON_UNIQUE``): there another minimiser is as right as the stored one, so compare the
 objective value and the optimality (KKT) conditions instead of the entries, as
-:func:`fairagg.conformance.check` does.
+[`fairagg.conformance.check`][fairagg.conformance.check] does.
 
 An array is ``{"dtype": "float64" | "int64" | "bool", "shape": [...], "data": [flat, C order]}``
 or, when large, ``{"dtype": ..., "shape": [...], "file": "NAME.npy"}``. A rule case's inputs are
 ``{"params0": θ⁰, "num_clients": K, "rounds": [report fields of each round]}`` (the
-:class:`~fairagg.types.RoundReports` fields: ``deltas`` or ``gradients``, ``num_samples``,
+[`RoundReports`][fairagg.types.RoundReports] fields: ``deltas`` or ``gradients``, ``num_samples``,
 ``losses``, ``accuracies``, ``participations``, ``client_ids``, ``lr``, ``round_index``) and its
 expected outputs ``{"rounds": [{"params": θ^{t+1}, "weights": ..., other numeric info}]}``,
 the rule's state carried from round to round. A comparison passes when
@@ -89,15 +91,16 @@ INLINE_MAX = 64
 #: (``fairagg vectors --check``: closed forms and exact QP solves, BLAS and SIMD exp/log that
 #: round otherwise; the absolute part is this times the output's scale), where it is wider
 #: than the file's error bound. Not the tolerance for another implementation: that is the
-#: file's ``tolerance`` entry, each output's error bound (see :data:`PRECISIONS`).
+#: file's ``tolerance`` entry, each output's error bound (see ``PRECISIONS``).
 REL = 1e-12
-#: How each output's tolerance is set (:mod:`fairagg._tolerance`): an error bound in the
+#: How each output's tolerance is set (``fairagg._tolerance``): an error bound in the
 #: precision an implementation computes in, from fairagg's own outputs on inputs perturbed by
 #: ``perturbation`` units of round-off (relative), ``runs`` times: ``atol`` is ``safety`` times
 #: the largest move of the output, ``rtol`` ``safety`` · ``perturbation`` · u; ``"solver"``
 #: adds a solver's accuracy (default ``solver_tol``). The golden files carry the float64 bound
 #: as ``rtol``/``atol`` and the float32 one under ``float32``; ``fairagg check``,
-#: ``fairagg vectors --compare`` and :func:`fairagg.conformance.compare_results` use them.
+#: ``fairagg vectors --compare`` and
+#: [`fairagg.conformance.compare_results`][fairagg.conformance.compare_results] use them.
 PRECISIONS: dict[str, dict[str, float]] = {
     "float64": {"unit_roundoff": UNIT_ROUNDOFF["float64"]},
     "float32": {"unit_roundoff": UNIT_ROUNDOFF["float32"]},
@@ -221,7 +224,7 @@ def _outputs(result: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
 
 def _self_tol(tol: Json, want: Any, rel: float = REL) -> tuple[float, float]:
     """(rtol, atol) of fairagg against its own stored output on another machine: the file's
-    bound, or ``rel`` (:data:`REL`, or a formula's own) where that is wider."""
+    bound, or ``rel`` (``REL``, or a formula's own) where that is wider."""
     w = np.asarray(want, dtype=np.float64)
     fin = w[np.isfinite(w)] if w.size else w
     scale = max(1.0, float(np.max(np.abs(fin), initial=0.0)) if fin.size else 1.0)
@@ -249,7 +252,7 @@ class Formula:
     Attributes
     ----------
     name : str
-        Key in :data:`FORMULAS` (the function's name).
+        Key in [`FORMULAS`][fairagg.vectors.FORMULAS] (the function's name).
     function : str
         Dotted path of the function.
     formula : str
@@ -261,7 +264,7 @@ class Formula:
     rel : float
         Relative tolerance of fairagg's own outputs on another machine (``fairagg vectors
         --check``) where it is wider than an output's error bound: 1e-10 for the iterative
-        and exact QP solves, :data:`REL` elsewhere.
+        and exact QP solves, ``REL`` elsewhere.
     exclude : tuple of str
         Outputs not compared (iteration counts, solver diagnostics).
     """
@@ -1102,7 +1105,8 @@ def _mark_non_unique(name: str, tol: Json) -> Json:
 def tolerances(kind: str, name: str, inputs: dict, params: dict, want: Json) -> Json:
     """Each output's tolerance entry: its float64 error bound (``rtol``, ``atol``), its
     float32 one (``float32``), and, for an argmin that need not be unique, ``argmin``
-    (:mod:`fairagg._tolerance`; the same bounds :func:`fairagg.conformance.check` computes)."""
+    (``fairagg._tolerance``; the same bounds
+    [`fairagg.conformance.check`][fairagg.conformance.check] computes)."""
     argmins = set(NON_UNIQUE.get(name, {}))
     full = resolved_params(kind, name, params)  # every parameter, as check() perturbs them
 
@@ -1161,7 +1165,8 @@ def _json_value(v: Any) -> Any:
 
 def case_inputs(kind: str, name: str, seed: int = DEFAULT_SEED) -> dict[str, CaseInputs]:
     """The cases of one rule (``kind="rule"``) or formula, as {case: (description, inputs,
-    params)}: the inputs :func:`generate` writes for ``seed``, without the expectations."""
+    params)}: the inputs [`generate`][fairagg.vectors.generate] writes for ``seed``, without the
+    expectations."""
     check_choice(kind, "kind", ("rule", "formula"))
     names = RULES if kind == "rule" else FORMULAS
     if not isinstance(name, str) or name not in names:
@@ -1293,7 +1298,7 @@ def load_case(path: Path | str) -> Json:
 
 
 class CaseCheck(NamedTuple):
-    """One case recomputed against its file (:func:`compare_vectors`).
+    """One case recomputed against its file ([`compare_vectors`][fairagg.vectors.compare_vectors]).
 
     Attributes
     ----------
@@ -1318,7 +1323,8 @@ class CaseCheck(NamedTuple):
 
 
 def _distance(got: Any, want: Any, tol: Json, rel: float = REL) -> tuple[float, float]:
-    """(ulps, fraction of the tolerance) of one output; see :class:`CaseCheck`."""
+    """(ulps, fraction of the tolerance) of one output; see
+    [`CaseCheck`][fairagg.vectors.CaseCheck]."""
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape:
         return math.inf, math.inf
@@ -1370,9 +1376,9 @@ def _compare(
 
 def compare_vectors(root: Path | str) -> list[CaseCheck]:
     """Recompute every case listed in ``root/index.json`` with this fairagg and compare with
-    the stored expectations: one :class:`CaseCheck` per case, in the index's order, with the
-    failing comparisons and how far the recomputed outputs are from the stored ones (in ulps
-    and as a fraction of the tolerance)."""
+    the stored expectations: one [`CaseCheck`][fairagg.vectors.CaseCheck] per case, in the index's
+    order, with the failing comparisons and how far the recomputed outputs are from the stored ones
+    (in ulps and as a fraction of the tolerance)."""
     base = _existing(root, "root", folder=True)
     if not (base / "index.json").is_file():
         raise FileNotFoundError(f"root {str(base)!r} holds no index.json (see write_vectors)")
@@ -1424,7 +1430,7 @@ def compare_vectors(root: Path | str) -> list[CaseCheck]:
 def check_vectors(root: Path | str) -> list[str]:
     """Recompute every case listed in ``root/index.json`` with this fairagg and compare with
     the stored expectations; returns one line per failing comparison (empty: all agree). See
-    :func:`compare_vectors` for the distance of each case."""
+    [`compare_vectors`][fairagg.vectors.compare_vectors] for the distance of each case."""
     return [line for c in compare_vectors(root) for line in c.fails]
 
 
@@ -1523,7 +1529,7 @@ SCHEMA: Json = {
 
 
 def schema() -> Json:
-    """The JSON schema written as ``schema.json``: :data:`SCHEMA` with the default parameters of
+    """The JSON schema written as ``schema.json``: ``SCHEMA`` with the default parameters of
     every rule and formula (what a case's ``resolved_params`` holds when it sets nothing)."""
     defaults = {
         "rules": {n: {k: _json_value(v) for k, v in resolved_params("rule", n, {}).items()}

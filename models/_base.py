@@ -122,7 +122,8 @@ class FlatModel:
         return self.loss_and_grad(params, X, y)[0]
 
     def grad(self, params: Any, X: Any, y: Any) -> np.ndarray:
-        """Gradient of :meth:`loss` with respect to the flat parameter vector, shape (d,)."""
+        """Gradient of [`loss`][models.FlatModel.loss] with respect to the flat parameter
+        vector, shape (d,)."""
         return self.loss_and_grad(params, X, y)[1]
 
     def loss_and_grad(
@@ -132,7 +133,8 @@ class FlatModel:
 
     # --- Numba entry points ---------------------------------------------------------------------
     def loss_and_grad_numba(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
-        """:meth:`loss_and_grad` computed by the Numba kernel, in the dtype of ``params``.
+        """[`loss_and_grad`][models.FlatModel.loss_and_grad] computed by the Numba kernel, in
+        the dtype of ``params``.
 
         ``X`` is cast to the dtype of ``params`` (float32 or float64). Equal to the NumPy
         reference to round-off (tested).
@@ -175,8 +177,9 @@ class FlatModel:
     def _evaluation_set(
         self, X: Any, y: Any, offsets: Any, dtype: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`evaluate_clients`' data checked once: ``(X, y, offsets)`` as
-        :meth:`_evaluate_rows` takes them, ``X`` in ``dtype`` (the parameters')."""
+        """[`evaluate_clients`][models.FlatModel.evaluate_clients]' data checked once:
+        ``(X, y, offsets)`` as ``_evaluate_rows`` takes them, ``X`` in ``dtype`` (the
+        parameters')."""
         Xa = np.ascontiguousarray(self._check_X(X), dtype=dtype)
         ya = self._check_y(y, Xa.shape[0])
         off = np.asarray(offsets, dtype=np.int64)
@@ -196,11 +199,12 @@ class FlatModel:
         y: np.ndarray,
         offsets: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`evaluate_clients` on checked input: ``p`` and ``X`` C-contiguous of one dtype,
-        ``y`` int64, ``offsets`` int64 from 0 to len(X) with every client owning a row.
+        """[`evaluate_clients`][models.FlatModel.evaluate_clients] on checked input: ``p`` and
+        ``X`` C-contiguous of one dtype, ``y`` int64, ``offsets`` int64 from 0 to len(X) with every
+        client owning a row.
 
-        The rows are cut into blocks of about :data:`EVAL_BLOCK_MACS` multiply-adds, computed on
-        the threads of :mod:`fairagg.models._parallel` (each block by one thread, so the result
+        The rows are cut into blocks of about ``EVAL_BLOCK_MACS`` multiply-adds, computed on
+        the threads of ``fairagg.models._parallel`` (each block by one thread, so the result
         does not depend on the thread count), or in the calling thread when the whole evaluation
         is below ``_parallel.MIN_PARALLEL_MACS``;
         a client's loss is the sum of its rows' losses, in row order, over its size, plus the L2
@@ -228,7 +232,7 @@ class FlatModel:
 
     def _block_rows(self, N: int) -> int:
         """Rows of an evaluation block of ``N`` rows: equal blocks of about
-        :data:`EVAL_BLOCK_MACS` multiply-adds, a multiple of 4 rows (``dense_rows``' groups),
+        ``EVAL_BLOCK_MACS`` multiply-adds, a multiple of 4 rows (``dense_rows``' groups),
         from the sizes alone (a row's bits do not depend on the thread count)."""
         nblk = -(-N * self._macs_per_row() // EVAL_BLOCK_MACS)  # ceil(work / EVAL_BLOCK_MACS)
         per = -(-N // nblk)  # ceil(N / nblk) rows a block ...
@@ -254,7 +258,7 @@ class FlatModel:
         hit: np.ndarray,
     ) -> None:
         """Cross-entropy (without the penalty) and hit of the rows ``lo:hi`` of ``X`` into
-        ``row_loss[lo:hi]`` and ``hit[lo:hi]``: one block of :meth:`_evaluate_rows`, ``lo`` a
+        ``row_loss[lo:hi]`` and ``hit[lo:hi]``: one block of ``_evaluate_rows``, ``lo`` a
         multiple of 4 (a row's logits are computed with the three rows beside it, in
         ``dense_rows``' groups of 4 counted from row 0, so its bits do not depend on the block
         size)."""
@@ -286,8 +290,8 @@ class FlatModel:
     def _evaluate_one(
         self, p: np.ndarray, X: np.ndarray, y: np.ndarray, penalty: float
     ) -> tuple[float, float]:
-        """:meth:`_evaluate_rows` of one client owning all of ``X`` (checked input, ``penalty``
-        from :meth:`_penalty`), on the calling thread: the same numbers, without its set-up."""
+        """``_evaluate_rows`` of one client owning all of ``X`` (checked input, ``penalty``
+        from ``_penalty``), on the calling thread: the same numbers, without its set-up."""
         N = X.shape[0]
         row_loss = np.empty(N, dtype=np.float64)
         hit = np.empty(N, dtype=np.int64)

@@ -60,7 +60,7 @@ def _cross_entropy_row(z, C, label):
 
 @njit(cache=True, fastmath=_FASTMATH)
 def _softmax_grad_row(z, C, label):
-    """``z[:C]`` becomes dF/dz = softmax − onehot, as in :func:`_cross_entropy_row`, without the
+    """``z[:C]`` becomes dF/dz = softmax − onehot, as in ``_cross_entropy_row``, without the
     loss (no logarithm)."""
     _softmax_probs(z, C)
     z[label] -= 1.0
@@ -460,7 +460,7 @@ def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
 
     The client owns the ``n`` rows ``lo : lo + n`` of ``X``; each epoch visits them in the order
     of a fresh ``rng.permutation(n)`` of ``rng = np.random.default_rng(entropy)`` (``entropy``
-    given as its SeedSequence words, see :func:`shuffles`);
+    given as its SeedSequence words, see ``shuffles``);
     ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber)``; ``pf_m > 0``
     trains on PropFair's surrogate −log(1 − f/M) of each minibatch loss f: the minibatch gradient
     is scaled by 1/(M − f), or by 1/M (1/ε when ``pf_huber``) where M − f < ε (SPEC §6).

@@ -17,7 +17,7 @@ With the dynamic schedule, tasks largest first, a slowed thread just takes fewer
 The thread count is Numba's, ``numba.get_num_threads()`` in the calling thread: set it with
 ``numba.set_num_threads`` or the ``NUMBA_NUM_THREADS`` environment variable.
 
-BLAS: code that shares work on these threads calls BLAS inside :func:`blas_single_thread`. Idle
+BLAS: code that shares work on these threads calls BLAS inside ``blas_single_thread``. Idle
 OpenBLAS threads keep spinning for a while after a call, and took the second core from these
 threads: FedFV's ``backend="numba"`` step at m = 10, d = 10⁵ ran 8× slower on two threads than
 on one until its two BLAS norms ran single-threaded.
@@ -59,8 +59,8 @@ MIN_PARALLEL_MACS = 2**22
 
 
 def threads_for(macs: int) -> int | None:
-    """The ``threads`` argument of :func:`run_tasks` for a call of ``macs`` multiply-adds: None
-    (every thread) from :data:`MIN_PARALLEL_MACS` on, else 1."""
+    """The ``threads`` argument of ``run_tasks`` for a call of ``macs`` multiply-adds: None
+    (every thread) from ``MIN_PARALLEL_MACS`` on, else 1."""
     return None if macs >= MIN_PARALLEL_MACS else 1
 
 
@@ -103,7 +103,7 @@ def run_tasks(
     """Call ``fn(i)`` for every ``i`` of ``order``, each call by one thread.
 
     Calls start in the order given (put the largest first: a dynamic schedule then ends with small
-    tasks). ``threads`` defaults to :func:`num_threads`; with one thread, or one task, every call
+    tasks). ``threads`` defaults to ``num_threads``; with one thread, or one task, every call
     runs in the calling thread. The first exception raised by a call is re-raised once every
     thread has stopped (tasks not yet started are then skipped).
     """

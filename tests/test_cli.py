@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import signal
@@ -30,6 +31,8 @@ SMALL = [
     "--data",
     "synthetic:0.5,0.5",
 ]
+#: SMALL without --quiet, for the tests that read what a run prints.
+LOUD = [a for a in SMALL if a != "--quiet"]
 
 
 def test_rules_lists_the_registry(capsys):
@@ -66,12 +69,13 @@ def test_rules_names_the_variants(capsys):
 def test_run_writes_every_output(tmp_path, capsys):
     out = tmp_path / "run"
     assert (
-        main(["run", "--rule", "fairavg", "--clients-per-round", "3", "--out", str(out), *SMALL])
+        main(["run", "--rule", "fairavg", "--clients-per-round", "3", "--out", str(out), *LOUD])
         == 0
     )
     for name in (
         "config.json",
         "rounds.csv",
+        "checkpoint.npz",
         "clients.csv",
         "summary.json",
         "history.npz",
@@ -220,9 +224,9 @@ def test_a_run_killed_with_sigkill_resumes_bitwise(tmp_path, capsys):
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL  # killed, not finished
-    from fairagg.simulate import load_checkpoint
+    from fairagg.simulation import load_checkpoint
 
-    saved = load_checkpoint(killed / "checkpoint.pkl")["round"]
+    saved = load_checkpoint(killed / "checkpoint.npz")["round"]
     assert 0 <= saved < 400
     before = _rows_with_times(killed)[: saved + 1]
     assert main(["run", "--resume", str(killed), "--rounds", "12", "--quiet"]) == 0 or saved > 12
@@ -236,6 +240,24 @@ def test_a_run_killed_with_sigkill_resumes_bitwise(tmp_path, capsys):
     assert _rows_with_times(killed)[: saved + 1] == before
     assert json.loads((killed / "config.json").read_text())["rounds"] == rounds
     capsys.readouterr()
+
+
+def test_quiet_prints_nothing_on_success(tmp_path, capsys):
+    # without --quiet, qfedavg prints a note on an experiment default, afl one on taking every
+    # client every round, both the data, the summary table and the files written
+    for rule, argv in (("qfedavg", SMALL3), ("afl", SMALL)):
+        assert main(["run", *argv, "--rule", rule, "--out", str(tmp_path / rule)]) == 0
+        assert capsys.readouterr() == ("", ""), rule
+    assert main(["run", "--resume", str(tmp_path / "qfedavg"), "--rounds", "4", "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_resumed_run_says_its_time_is_that_of_its_new_rounds(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["run", *SMALL3, "--out", str(run)]) == 0  # 3 rounds
+    assert main(["run", "--resume", str(run), "--rounds", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "fedavg after 5 rounds (2 new in " in out and " s, from round 3)" in out, out
 
 
 def test_a_run_interrupted_and_resumed_to_more_rounds_is_bitwise(tmp_path, capsys):
@@ -284,7 +306,7 @@ def test_bad_arguments_are_one_line_and_change_nothing(tmp_path, capsys, argv, n
 
 
 def test_overwrite_removes_the_old_run_first(tmp_path, capsys, monkeypatch):
-    simulate_module = sys.modules["fairagg.simulate"]  # fairagg.simulate is the function
+    simulate_module = importlib.import_module("fairagg.simulation")
     run = tmp_path / "run"
     assert main(["run", *SMALL3, "--out", str(run)]) == 0
     (run / "notes.txt").write_text("mine")
@@ -302,7 +324,10 @@ def test_overwrite_removes_the_old_run_first(tmp_path, capsys, monkeypatch):
     rc = main(["run", *SMALL3, "--out", str(run), "--overwrite", "--lr", "0.02"])
     assert rc == 1
     left = {p.name for p in run.iterdir()}
-    assert "summary.json" not in left and "clients.csv" not in left, left
+    assert "clients.csv" not in left, left
+    summary = json.loads((run / "summary.json").read_text())  # the new run's: where it stopped
+    assert summary["status"].startswith("stopped: FloatingPointError: diverged (planted)")
+    assert (summary["rounds_asked"], summary["rounds_completed"]) == (3, 1)
     assert (run / "notes.txt").read_text() == "mine"  # not a file of a run: kept
     assert json.loads((run / "config.json").read_text())["lr"] == 0.02
     with open(run / "rounds.csv") as fh:
@@ -331,7 +356,7 @@ def test_the_default_folder_is_per_rule_and_seed(tmp_path, monkeypatch, capsys):
 
 
 def test_a_full_participation_rule_runs_with_every_client_by_itself(tmp_path, capsys):
-    assert main(["run", *SMALL, "--rule", "afl", "--out", str(tmp_path / "afl")]) == 0
+    assert main(["run", *LOUD, "--rule", "afl", "--out", str(tmp_path / "afl")]) == 0
     assert "afl takes every client in every round: --clients-per-round 6" in capsys.readouterr().err
     assert History.load(tmp_path / "afl" / "history.npz").selected.shape == (3, 6)
     # given explicitly, a smaller K' is still refused
@@ -359,7 +384,7 @@ def test_compare_refuses_duplicates(tmp_path, capsys, flag, value, message):
 
 def test_outputs_say_their_units(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", *SMALL, "--clients-per-round", "3", "--out", str(out)]) == 0
+    assert main(["run", *LOUD, "--clients-per-round", "3", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "average      " in text and "% (weighted by test samples)" in text
     assert "% (unweighted)" in text and "%² (unweighted)" in text
@@ -392,7 +417,7 @@ def test_a_collapsed_run_is_said_to_be_one():
 
 def test_experiment_defaults_are_said_recorded_and_yield_to_the_users(tmp_path, capsys):
     out = tmp_path / "q"
-    assert main(["run", *SMALL, "--clients-per-round", "3", "--rule", "qfedavg",
+    assert main(["run", *LOUD, "--clients-per-round", "3", "--rule", "qfedavg",
                  "--out", str(out)]) == 0  # fmt: skip
     assert "qfedavg: lipschitz = 1.0 in this experiment" in capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["rule_arg"] == {"qfedavg.lipschitz": 1.0}

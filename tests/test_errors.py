@@ -446,7 +446,7 @@ def test_import_fairagg_from_a_folder_with_its_own_models(tmp_path, layout):
         (tmp_path / "models").mkdir()
         (tmp_path / "models" / "__init__.py").write_text("FlatModel = None\n")
     code = (
-        "import fairagg, fairagg.local, fairagg.simulate, fairagg.pareto\n"
+        "import fairagg, fairagg.local, fairagg.simulation, fairagg.pareto\n"
         "from fairagg.models import LogisticRegression, FlatModel\n"
         "assert FlatModel is not None and issubclass(LogisticRegression, FlatModel)\n"
         "print(fairagg.models.__name__)\n"

@@ -309,9 +309,8 @@ def _blas_threads():
 
 
 def test_fedfv_numba_runs_blas_on_one_thread_and_restores_it(monkeypatch):
-    import sys
+    import fairagg.rules.fedfv as fedfv
 
-    fedfv = sys.modules["fairagg.rules.fedfv"]  # the module (fairagg.rules.fedfv is the rule)
     seen = {}
     real = fedfv._fedfv_direction
 

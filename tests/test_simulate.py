@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -393,7 +395,7 @@ def test_a_run_stopped_midway_resumes_bitwise(model, data, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         simulate("qfedavg", model, data, rounds=4, checkpoint=ckpt, callback=stop, **kw)
-    from fairagg.simulate import load_checkpoint
+    from fairagg.simulation import load_checkpoint
 
     assert load_checkpoint(ckpt)["round"] == 2
     resumed = simulate("qfedavg", model, data, rounds=4, checkpoint=ckpt, resume=True, **kw)
@@ -423,11 +425,10 @@ def test_a_failure_while_recording_a_round_checkpoints_the_round_before(
     # the evaluation after round 2 fails: the checkpoint holds round 1's state, consistent
     # (its θ, rule state, counts and history all of round 1), and resuming ends bitwise as a
     # run that never failed
-    import sys
 
-    from fairagg.simulate import load_checkpoint
+    from fairagg.simulation import load_checkpoint
 
-    sim = sys.modules["fairagg.simulate"]  # the module (fairagg.simulate is the function)
+    sim = importlib.import_module("fairagg.simulation")
     ckpt = tmp_path / "run.ckpt"
     kw = {"clients_per_round": 3, "epochs": 1, "seed": 2}
     whole = simulate("fedfa", model, data, rounds=3, **kw)

@@ -12,7 +12,7 @@ import pytest
 from fairagg.data import synthetic
 from fairagg.models import LogisticRegression
 from fairagg.rules import make_rule
-from fairagg.simulate import simulate
+from fairagg.simulation import simulate
 from tests.scripts import csv_rows, load_script
 
 FILES = (

@@ -1,7 +1,7 @@
 """Benchmark: the aggregation kernels' weighted sum and Gram matrix against probes of the machine.
 
 What it shows: for m client updates of length d (float64, one preallocated C-contiguous (m, d)
-array D), on each backend of :mod:`fairagg.kernels` that runs here,
+array D), on each backend of ``fairagg.kernels`` that runs here,
 
 - the weighted sum ``weighted_sum(w, D, backend)`` = Σ_k w_k D_k: its achieved bandwidth, counting
   the traffic it cannot avoid, (m·d + d)·8 bytes (D read once, the d-vector written once, as
@@ -229,7 +229,7 @@ def host_skip_reason(m: int, d: int) -> str | None:
 
 class Repeated:
     """A callable for ``median_time`` that runs ``fn`` ``inner`` times per call and keeps the
-    last result. Its first call does nothing: :func:`calibrate` has already warmed ``fn`` up, and
+    last result. Its first call does nothing: ``calibrate`` has already warmed ``fn`` up, and
     ``median_time``'s own warm-up would repeat a call that takes half a minute at the largest
     size."""
 

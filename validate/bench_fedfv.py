@@ -1,7 +1,7 @@
 """Benchmark: FedFV's Gram-matrix path against the direct vector path and against its roofline.
 
 What it shows: for m client updates of length d (float64, a C-contiguous (m, d) array), the median
-wall time of one :func:`fairagg.rules.fedfv.fedfv_direction` call with ``method="vector"`` (Algs.
+wall time of one ``fairagg.rules.fedfv.fedfv_direction`` call with ``method="vector"`` (Algs.
 2-3 on d-vectors, O(m² d) sequential BLAS-1 work) and with ``method="gram"`` on
 ``backend="numba"``, the fastest CPU backend (G = D Dᵀ by ``kernels.gram``: a register-tiled
 Numba pass up to ``kernels.cpu.GRAM_MAX_M`` rows, OpenBLAS's SYRK above; O(m³) work on G;
@@ -15,7 +15,7 @@ its roofline at m = 100, d ∈ {10⁵, 10⁶}.
 
 Roofline, measured in the same run (interleaved with the two methods so that the machine's noise
 hits all of them): the peak GEMM rate (a square float64 ``A @ A``, n = 1200, 2n³ flops) and the
-read bandwidth (:func:`_bench.read_probe` summing the (m, d) updates themselves, as
+read bandwidth (``_bench.read_probe`` summing the (m, d) updates themselves, as
 ``bench_aggregation.py`` probes an array of m·d float64). The Gram path's work: m(m + 1)·d flops
 for D Dᵀ (one triangle: m(m + 1)/2 dot products of length d at 2d flops each, an FMA counted as
 2, as SYRK computes it; a full (m, d) × (d, m) GEMM would be 2m²·d), 4md for the (2, m) × (m, d)

@@ -4,13 +4,13 @@ What it shows: for K clients, an AAgFF-S quadratic-FTRL problem after t = min(2K
 (gradients of random CDF-bounded responses, decisions from the learner itself), the time of
 
 - ``round``: one AAgFF-S round as the ``aaggff-s`` rule runs it,
-  :func:`fairagg.online.quadratic_ftrl_round`: add (g_t, p_t) to the sums and solve for p_{t+1},
+  ``fairagg.online.quadratic_ftrl_round``: add (g_t, p_t) to the sums and solve for p_{t+1},
   warm-started at p_t, from the previous round's Cholesky factor updated by β g gᵀ;
-- ``step``: :func:`fairagg.online.quadratic_ftrl_step` warm-started at p_t but factorising the
+- ``step``: ``fairagg.online.quadratic_ftrl_step`` warm-started at p_t but factorising the
   free block afresh (what a caller without the previous round's factor gets);
-- ``cold``: :func:`fairagg.simplex.solve_simplex_qp` from scratch (it factorises A to prove it
+- ``cold``: ``fairagg.simplex.solve_simplex_qp`` from scratch (it factorises A to prove it
   positive definite and to guess the active set, then runs the active-set method);
-- ``cvxpy``: :func:`fairagg.oracles.simplex_qp` on the same (A, b) (OSQP, polished, tight), the
+- ``cvxpy``: ``fairagg.oracles.simplex_qp`` on the same (A, b) (OSQP, polished, tight), the
   independent check a user would otherwise write (the sums' update is not counted for it);
 
 as time ratios cvxpy / ours, and the largest |Δp| between our answers and cvxpy's. Target (issue

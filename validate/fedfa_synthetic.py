@@ -28,7 +28,7 @@ better than client momentum.
 
 Set-up, and where each choice comes from:
 
-- Data: :func:`fairagg.data.synthetic`, the FedProx generator (60 features, 10 classes, n_k =
+- Data: ``fairagg.data.synthetic``, the FedProx generator (60 features, 10 classes, n_k =
   floor(LogNormal(4, 2)) + 50), 30 devices (§4.1: "30 devices in total for all synthetic
   datasets"): Synthetic_iid (``iid=True``, α = β = 0: one shared model, v_k = 0) and
   Synthetic(α, β) for (0, 0), (0.5, 0.5), (1, 1). Each device splits 80 % train / 20 % test
@@ -51,7 +51,7 @@ Set-up, and where each choice comes from:
   public code reproduces the synthetic figures with ``run_fedprox.sh synthetic_* 0 1`` (μ = 1 on
   all four sets, README) and its ``plot_final_e20.py`` uses μ = 1 for Synthetic(1,1); the FedFa
   paper says its FedAvg and FedProx settings are "strictly referenced to the settings in [15]".
-- FedFa (:mod:`fairagg.rules.fedfa`, whose formulas are reconstructed: our copy of the paper lost
+- FedFa (``fairagg.rules.fedfa``, whose formulas are reconstructed: our copy of the paper lost
   its equations): (α, β) ∈ {(0.5, 0.5), (1, 0), (0, 1)} (§4.3); server momentum γ = 0.5 and
   client momentum 0.9 on Synthetic_iid and (0, 0), 0.5 on (0.5, 0.5) and (1, 1) (§4.1-4.2;
   ``--client-momentum`` overrides it for every set); η_s = 1 (``--eta-s``; the paper gives no
@@ -70,13 +70,13 @@ Set-up, and where each choice comes from:
 - Momentum ablation (Fig. 2), on every set: FedFa's (0.5, 0.5) weights with (a) no momentum
   (client momentum 0, η_s = 0), (b) client momentum only, (c) server momentum only, (d) both
   (= the FedFa (0.5, 0.5) row); and, as the paper's Fig. 2 ("only the momentum mechanism, without
-  the weighting strategy"), the same momenta on FedAvg's weights ∝ n_k (:func:`momentum_only_rule`:
+  the weighting strategy"), the same momenta on FedAvg's weights ∝ n_k (``momentum_only_rule``:
   FedAvg's average followed by FedFa's server step; with neither momentum it is FedAvg itself).
   "AUC" is the mean test accuracy averaged over the evaluations, a number for convergence speed.
 - Rounds: 100 by default, so that the 144 runs (4 sets × 12 methods × 3 seeds) take under three
   minutes on two cores; FedProx's public scripts run 200 (``--rounds 200``, results below). Seeds:
   s = 1, 2, 3 seed the split and the run; the table gives mean ± std (population) over seeds.
-- Metrics: :func:`fairagg.metrics.fairness_summary` of the final test accuracies: average
+- Metrics: ``fairagg.metrics.fairness_summary`` of the final test accuracies: average
   (sample-weighted over the devices' test sets, as FedProx's code logs it), worst / best 20 % (mean
   of the 6 lowest / highest of 30 device accuracies), variance (population, percent²). The verdict
   compares each FedFa setting with FedAvg and FedProx by the paired difference over seeds (same
@@ -173,7 +173,7 @@ from fairagg.models import LogisticRegression
 from fairagg.rules import make_rule
 from fairagg.rules.fedavg import apply_weighted_update, fedavg_weights
 from fairagg.rules.fedfa import FedFaState, fedfa, fedfa_server_step
-from fairagg.simulate import simulate
+from fairagg.simulation import simulate
 from fairagg.types import Aggregate, RoundReports, Rule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -338,10 +338,10 @@ def momentum_only_rule(
     """FedFa's double momentum without its weighting strategy (the FedFa paper's Fig. 2).
 
     Each round averages the updates with FedAvg's weights a_k = n_k / Σ_S n (FedFa's eq. 8) and
-    then takes FedFa's server step (:func:`fairagg.rules.fedfa.fedfa_server_step`, every τ-th
+    then takes FedFa's server step (``fairagg.rules.fedfa.fedfa_server_step``, every τ-th
     round); the clients run FedFa's momentum SGD (``client_momentum``). The rule is the library's
     ``fedfa`` with its weights p_k replaced by a_k: its state, validation and
-    :class:`~fairagg.types.LocalSpec` are ``fedfa``'s. With ``eta_s = 0`` and ``client_momentum =
+    ``LocalSpec`` are ``fedfa``'s. With ``eta_s = 0`` and ``client_momentum =
     0`` it is FedAvg.
     """
     base = fedfa(

@@ -31,7 +31,7 @@ Fashion-MNIST is 13.76 ± 1.02 in FedFV's loss order, 20.14 ± 0.61 in a random 
 
 Our set-up (Fashion-MNIST cannot be downloaded here), and where each choice comes from:
 
-- Data: the 1797 8×8 digits as :func:`fairagg.data.load_digits` loads them (pixels / 16), taken
+- Data: the 1797 8×8 digits as ``fairagg.data.load_digits`` loads them (pixels / 16), taken
   back out of a one-client "iid" load. Classes: the three most mutually confused digits, the triple
   with the most off-diagonal mass in the symmetrised confusion matrix of a centralised multinomial
   logistic regression (scikit-learn, C = 1, 5-fold stratified cross-validation on all ten classes,
@@ -39,7 +39,7 @@ Our set-up (Fashion-MNIST cannot be downloaded here), and where each choice come
   (``--classes auto``, the default; or give three digits). On the default features this picks
   digits 1, 8 and 9 (79 confusions within the triple, against 63 for the runner-up 1/2/8; on the
   full 8×8 pixels 1/8/9 is also first, but narrowly: 18 against 14). Client k holds every image
-  of the k-th class and splits it 80 % train / 20 % test (:func:`fairagg.data.from_client_arrays`,
+  of the k-th class and splits it 80 % train / 20 % test (``fairagg.data.from_client_arrays``,
   seeded by the run's seed; the paper's 80/20 for CIFAR-10 and MNIST), 139-146 training and 35-36
   test images per client, so each client's test accuracy is the accuracy on its own class.
 - Features: 2×2 average pooling to 4×4 pixels (``--pool 2``), then standardisation with the mean
@@ -66,14 +66,14 @@ Our set-up (Fashion-MNIST cannot be downloaded here), and where each choice come
 - Methods (the paper's Table 1 grid where it is small): FedAvg; q-FedAvg with q = 1, 5, 15 (5 and
   15 are the paper's Table 3 values; L = 1/lr, SPEC §2); AFL with γλ = 0.01, 0.1, 0.5 (Table 3),
   γ_w = lr on each client's full-batch gradient, so that with uniform λ it takes FedAvg's step, and
-  the averaged iterate as its model (:mod:`fairagg.rules.afl`); FedMGDA+ with ε = 0.1 and 1 (from
+  the averaged iterate as its model (``fairagg.rules.afl``); FedMGDA+ with ε = 0.1 and 1 (from
   the paper's grid {0.01, 0.05, 0.1, 0.5, 1}) and the library's η = 1 (the public FLGo code's
   default; its step on the normalised updates has length ≤ η whatever lr is); FedFV with α ∈ {0,
   1/3, 2/3}, τ = 0, loss order (Table 3), and α = 0, τ = 0 in random and reverse order (Table 4).
   With m = 3 the keep count m − ⌈(m − 1)(1 − α)⌉ is 0, 1, 2 clients for α = 0, 1/3, 2/3.
 - Seeds: seed s (default 1..10) seeds the split, the run (``simulate(seed=s)``) and FedFV's random
   order; every method sees the same split for a given seed.
-- Metrics (:func:`fairagg.metrics.fairness_summary` of the final test accuracies): per-client
+- Metrics (``fairagg.metrics.fairness_summary`` of the final test accuracies): per-client
   accuracy, mean over the three clients, std and variance (population, of the percent accuracies;
   variance = ``np.var(a) * 1e4`` = std²), each as mean ± std over seeds, and ΔStd, the paired
   difference of a method's std from FedAvg's on the same split, mean ± standard error over seeds.
@@ -162,7 +162,7 @@ from fairagg.data import FederatedData, from_client_arrays, load_digits
 from fairagg.metrics import fairness_summary
 from fairagg.models import MLP, LogisticRegression
 from fairagg.rules import make_rule
-from fairagg.simulate import simulate
+from fairagg.simulation import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _output import (  # noqa: E402

@@ -4,14 +4,14 @@ engine costs per round.
 For each number K of virtual clients (``--clients 10,100``) the script runs the same federated
 training three times, from the same θ^0 = ``model.init_params(seed)``:
 
-- ``fairagg``: :func:`fairagg.simulate` (the clients' local SGD in parallel Numba threads);
+- ``fairagg``: ``fairagg.simulate`` (the clients' local SGD in parallel Numba threads);
 - ``flower-ray``: Flower's simulation engine, ``flwr.simulation.run_simulation`` with the Ray
   backend and K virtual SuperNodes, a ``ServerApp`` running
-  :class:`fairagg.flower.FairaggStrategy` and the ``ClientApp`` of
-  :func:`fairagg.flower.fairagg_client_app` (each virtual client trains its own partition in a
+  ``fairagg.flower.FairaggStrategy`` and the ``ClientApp`` of
+  ``fairagg.flower.fairagg_client_app`` (each virtual client trains its own partition in a
   Ray actor, ``--client-cpus`` CPUs each);
 - ``flower-inprocess``: the same strategy and ClientApp through
-  :class:`fairagg.flower.InProcessGrid` (no Ray: Flower's messages, serially, in this process),
+  ``fairagg.flower.InProcessGrid`` (no Ray: Flower's messages, serially, in this process),
   which separates the cost of the strategy and the messages from Ray's transport.
 
 The strategy samples clients with fairagg's sampler and seeds, and each client trains with the

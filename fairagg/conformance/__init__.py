@@ -1,9 +1,9 @@
 """Conformance harness: check your own implementation of a rule or formula against fairagg.
 
-:func:`check` calls your function on fairagg's golden inputs (:mod:`fairagg.vectors`: small,
-medium and degenerate cases, and the rules' variants) and on generated ones, compares what it
-returns with what fairagg computes, and reports the first case that differs, minimised, with
-the quantity that differs and, where it is verified, why::
+[`check`][fairagg.conformance.check] calls your function on fairagg's golden inputs
+([`fairagg.vectors`][fairagg.vectors]: small, medium and degenerate cases, and the rules' variants)
+and on generated ones, compares what it returns with what fairagg computes, and reports the first
+case that differs, minimised, with the quantity that differs and, where it is verified, why::
 
     from fairagg.conformance import check
 
@@ -13,10 +13,11 @@ the quantity that differs and, where it is verified, why::
 
     check(my_qfedavg, "qfedavg_step")   # raises ConformanceError with the minimised case
 
-**Targets.** Any registered rule (:data:`fairagg.RULES`: ``"fedavg"``, ``"qfedavg"``, ...) or
-formula function (:data:`fairagg.vectors.FORMULAS`: ``"qfedavg_step"``, ``"project_simplex"``,
-...); :func:`targets` lists them and :func:`describe` says what a target passes, its defaults,
-and the causes it can name.
+**Targets.** Any registered rule ([`fairagg.RULES`][fairagg.RULES]: ``"fedavg"``, ``"qfedavg"``,
+...) or formula function ([`fairagg.vectors.FORMULAS`][fairagg.vectors.FORMULAS]:
+``"qfedavg_step"``, ``"project_simplex"``, ...); [`targets`][fairagg.conformance.targets] lists them
+and [`describe`][fairagg.conformance.describe] says what a target passes, its defaults, and the
+causes it can name.
 
 **Calling convention.** Your function is called with keyword arguments named as fairagg names
 its inputs (a formula's arguments, e.g. ``params``, ``deltas``, ``losses``, and every parameter
@@ -28,14 +29,14 @@ once per round with ``params`` (θ^t, your own previous output), the round's rep
 returns θ^{t+1}. A rule that keeps state across rounds is checked with
 ``Adapter(stateful=True)``: your function is then a factory, called once per case with
 ``params`` (θ⁰), ``num_clients`` and the hyper-parameters, returning the per-round function.
-:class:`Adapter` renames arguments, fixes extra ones, names the items of a returned tuple, or
-takes over the call entirely.
+[`Adapter`][fairagg.conformance.Adapter] renames arguments, fixes extra ones, names the items of a
+returned tuple, or takes over the call entirely.
 
 **Outputs and terms.** Return an array (the target's main output: θ^{t+1} for a rule, a
 formula's first output) or a dict. A dict may also hold intermediate terms of the formula (for
-q-FedAvg ``Delta_w``, ``F_tilde``, ``Delta``, ``h``, ...; :func:`describe` lists them): they are
-compared first, in the order the formula computes them, so the report names the first term
-that differs.
+q-FedAvg ``Delta_w``, ``F_tilde``, ``Delta``, ``h``, ...; [`describe`][fairagg.conformance.describe]
+lists them): they are compared first, in the order the formula computes them, so the report names
+the first term that differs.
 
 **One verdict in every mode.** Every golden case and every generated example runs, whatever
 the mode: ``keep_going`` only adds a row per comparison to the report. Generated examples come
@@ -43,10 +44,10 @@ from fairagg's own generator, example i of a target the same for a seed in every
 (``seed``, default 0, printed in the report).
 
 **Causes, named only when verified.** When your code differs, the harness tries the causes it
-knows for the target (:func:`describe` lists them): the registered mistakes written as code (a
-norm not squared, ε missing, L missing, fair_flearn's off-by-one projection, FedMGDA+'s box
-applied after the solve or its ‖δ‖ + c normalisation, FedFV's projections onto
-already-projected updates, a tilt of the other sign, θ⁰ inside AFL's average, λ^{t+1} in AFL's
+knows for the target ([`describe`][fairagg.conformance.describe] lists them): the registered
+mistakes written as code (a norm not squared, ε missing, L missing, fair_flearn's off-by-one
+projection, FedMGDA+'s box applied after the solve or its ‖δ‖ + c normalisation, FedFV's projections
+onto already-projected updates, a tilt of the other sign, θ⁰ inside AFL's average, λ^{t+1} in AFL's
 step, 1/m weights, one shared loss, ...), fairagg's other settings (``variant``, ``order``,
 ``weighting``, the CDF, the window, the booleans), fitted values (ε, q, α, a λ step, L, the c of
 ‖δ‖ + c), another round base, float32 and a solver's accuracy, and the formula computed
@@ -55,12 +56,13 @@ your outputs on every differing case and still agrees where yours agreed; the re
 how to check with it taken into account (``params={'epsilon': 1e-08}``, ``--param
 epsilon=1e-08``). Where several fit, more generated examples are run until one tells them
 apart; where none does, all are listed as ambiguous. Where none fits: "cause not identified",
-with the data. ``accept=`` declares documented deviations (:data:`ACCEPTABLE`): cases that
-differ only so are counted, not reported.
+with the data. ``accept=`` declares documented deviations
+([`ACCEPTABLE`][fairagg.conformance.ACCEPTABLE]): cases that differ only so are counted, not
+reported.
 
 **Tolerance.** Each output is compared within its own error bound: fairagg's outputs on
 inputs perturbed by a few units of round-off show how far a correct implementation's may be
-(:mod:`fairagg._tolerance`; the golden files carry the same bounds), in the precision your
+(``fairagg._tolerance``; the golden files carry the same bounds), in the precision your
 code computes in: ``precision="float64"`` (default), ``"float32"``, or ``"solver"`` (float64
 plus ``solver_tol``, an argmin from an iterative or conic solver). ``rtol``/``atol`` give a
 blanket tolerance instead.
@@ -68,7 +70,7 @@ blanket tolerance instead.
 **Minimisation.** The case shown is minimised (rounds, clients and coordinates dropped,
 numbers simplified) while the difference and its diagnosis stay the same.
 
-The pytest fixture ``fairagg_conformance`` (:mod:`fairagg.pytest_plugin`, enabled by
+The pytest fixture ``fairagg_conformance`` (``fairagg.pytest_plugin``, enabled by
 ``pytest_plugins = ["fairagg.pytest_plugin"]`` in a conftest) does the same and fails the test
 with the report.
 """

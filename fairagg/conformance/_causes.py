@@ -1,16 +1,17 @@
 """The causes the harness can name, and how each one is computed.
 
-A cause is fairagg changed by exactly one thing: a registered mistake (:data:`MISTAKES`, each
-written as code: a switch of the restatement in :mod:`._restate`, or fairagg itself on
-transformed inputs), another value of one of fairagg's own settings (a ``variant``, ``order``,
-``weighting``, a CDF, a window, a boolean switch), a fitted continuous value (:data:`FITS`:
-another ε, q, α, λ step or L), another round base, another precision, or the formula computed
-literally in float64. :mod:`._diagnosis` names a cause only when it reproduces the user's
-outputs on every case that differs and still agrees where the user agreed.
+A cause is fairagg changed by exactly one thing: a registered mistake
+([`MISTAKES`][fairagg.conformance.MISTAKES], each written as code: a switch of the
+restatement in ``_restate``, or fairagg itself on transformed inputs), another value of one of
+fairagg's own settings (a ``variant``, ``order``, ``weighting``, a CDF, a window, a boolean switch),
+a fitted continuous value (``FITS``: another ε, q, α, λ step or L), another round base, another
+precision, or the formula computed literally in float64. ``_diagnosis`` names a cause only when it
+reproduces the user's outputs on every case that differs and still agrees where the user agreed.
 
-To teach the harness a new mistake, add one :class:`Mistake` to :data:`MISTAKES` (with the
-targets where it can occur: the rule and its formula functions); if it is not fairagg on other
-inputs or parameters, give the restatements of those targets a switch for it.
+To teach the harness a new mistake, add one [`Mistake`][fairagg.conformance.Mistake] to
+[`MISTAKES`][fairagg.conformance.MISTAKES] (with the targets where it can occur: the rule
+and its formula functions); if it is not fairagg on other inputs or parameters, give the
+restatements of those targets a switch for it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Mistake:
     targets : tuple of str
         Every rule and formula where it can occur.
     switches : mapping
-        The restatement switches that make it (:mod:`._restate`), or
+        The restatement switches that make it (``_restate``), or
     transform : callable, optional
         ``transform(inputs, params) -> (inputs, params)``: it is fairagg itself on other
         inputs or parameters (a tilt of the other sign, ε = 0, ...). A mistake with both a

@@ -21,8 +21,8 @@ from ._diagnosis import Diagnoser, Diagnosis
 from ._generate import drawn, generated_case
 from ._report import ConformanceError, ConformanceReport, Mismatch
 
-#: The declared differences :func:`check` accepts (``accept=``): a case that differs only so
-#: is counted in ``ConformanceReport.accepted`` and the check goes on.
+#: The declared differences [`check`][fairagg.conformance.check] accepts (``accept=``): a
+#: case that differs only so is counted in ``ConformanceReport.accepted`` and the check goes on.
 ACCEPTABLE = {
     "epsilon": "epsilon=VALUE: another loss offset ε in q-FFL's F̃_k = F_k + ε (e.g. "
     "epsilon=1e-8 where fairagg has 1e-10): a case is accepted where fairagg with ε = VALUE "
@@ -146,7 +146,7 @@ def _degenerate(src: Json) -> list[str]:
 def _facts(checker: Checker, o: Outcome) -> tuple[str, ...]:
     """Where no cause was identified and your output is not finite: which degenerate input
     of the case the NaN or infinity comes from, each found by rerunning your code on the
-    case with that input made ordinary (:data:`NUDGES`) and seeing your output finite."""
+    case with that input made ordinary (``NUDGES``) and seeing your output finite."""
     if o.diff is None or not o.yours:
         return ()
     t = o.diff.round or 0
@@ -242,9 +242,10 @@ def check(
     ----------
     fn : callable or Worker
         Your implementation (see the module docstring for how it is called), or a
-        :class:`Worker` running it in another process (``fairagg check --cmd``).
+        [`Worker`][fairagg.conformance.Worker] running it in another process
+        (``fairagg check --cmd``).
     target : str
-        A registered rule or formula name (:func:`targets`).
+        A registered rule or formula name ([`targets`][fairagg.conformance.targets]).
     adapter : Adapter, optional
         Argument names, fixed arguments, output names, a custom call, or a stateful rule.
     params : mapping, optional
@@ -257,12 +258,13 @@ def check(
     domain : callable, optional
         ``domain(inputs, params)``: False for a case outside your implementation's domain by
         design (e.g. ``lambda i, p: (i["losses"] > 0).all()``); such cases are counted in
-        ``ConformanceReport.outside``, not compared. Your function can also raise :class:`Skip`.
+        ``ConformanceReport.outside``, not compared. Your function can also raise
+        [`Skip`][fairagg.conformance.Skip].
     accept : iterable of str, or mapping
-        Declared differences (:data:`ACCEPTABLE`): ``"epsilon=VALUE"`` (another q-FFL loss
-        offset, the one your code uses) and ``"nan-on-zero-update"`` (NaN caused by an
-        all-zero update): a case that differs only so is counted in
-        ``ConformanceReport.accepted`` and the check goes on, so one documented upstream
+        Declared differences ([`ACCEPTABLE`][fairagg.conformance.ACCEPTABLE]):
+        ``"epsilon=VALUE"`` (another q-FFL loss offset, the one your code uses) and
+        ``"nan-on-zero-update"`` (NaN caused by an all-zero update): a case that differs only so is
+        counted in ``ConformanceReport.accepted`` and the check goes on, so one documented upstream
         deviation does not hide the rest.
     golden : bool or iterable of str
         Check the golden cases (all of them, or those named, e.g. ``["small", "ties"]``).
@@ -279,7 +281,7 @@ def check(
         rtol·|want|, in place of each output's error bound at ``precision``.
     precision : {"float64", "solver", "float32"}
         What your code computes in: each output is compared within its error bound in that
-        precision (:mod:`fairagg._tolerance`); ``"solver"`` adds ``solver_tol``.
+        precision (``fairagg._tolerance``); ``"solver"`` adds ``solver_tol``.
     solver_tol : float, optional
         The accuracy of your solver's argmins with ``precision="solver"`` (default 1e-6);
         only with that precision.
@@ -289,10 +291,11 @@ def check(
     derandomize : bool
         False: a new seed on every run (as ``seed=None``).
     raise_on_mismatch : bool
-        Raise :class:`ConformanceError` on a difference (default); else return it in the report.
+        Raise [`ConformanceError`][fairagg.conformance.ConformanceError] on a difference (default);
+        else return it in the report.
     keep_going : bool
-        Also keep a :class:`Row` for every quantity compared (``report.rows``; ``str(report)``
-        is then the table, the summary and the first difference).
+        Also keep a [`Row`][fairagg.conformance.Row] for every quantity compared (``report.rows``;
+        ``str(report)`` is then the table, the summary and the first difference).
 
     Returns
     -------

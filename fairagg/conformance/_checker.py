@@ -94,7 +94,7 @@ AFTER = "not compared (after a difference, from your θ)"
 
 
 def _worker_call(thunk: Callable[[], Any]) -> Any:
-    """Marks a call of the worker in :meth:`Checker.user` (the thunk makes the request)."""
+    """Marks a call of the worker in ``Checker.user`` (the thunk makes the request)."""
     return thunk()
 
 
@@ -572,7 +572,7 @@ def _zero_rows(src: Json) -> bool:
     return False
 
 
-#: What :func:`nudged` changes, in the report's words.
+#: What ``nudged`` changes, in the report's words.
 NUDGES = {
     "updates": "every all-zero update made non-zero (1e-3 in its first coordinate)",
     "accuracies": "every accuracy that is 0 made 0.5",
@@ -581,7 +581,7 @@ NUDGES = {
 
 
 def nudged(case: Case, what: str) -> Case:
-    """``case`` with one kind of degenerate input made ordinary (:data:`NUDGES`), in every
+    """``case`` with one kind of degenerate input made ordinary (``NUDGES``), in every
     round."""
 
     def fix(src: Json) -> Json:

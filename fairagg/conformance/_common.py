@@ -16,7 +16,8 @@ GOLDEN, GENERATED = "golden", "generated"
 
 
 def targets() -> list[str]:
-    """Every name :func:`check` accepts: the registered rules, then the formula functions."""
+    """Every name [`check`][fairagg.conformance.check] accepts: the registered rules, then the
+    formula functions."""
     return list(RULES) + list(FORMULAS)
 
 
@@ -69,10 +70,10 @@ class UsageError(Exception):
 
 
 class Skip(Exception):  # noqa: N818 - the name users raise
-    """Raise from your function for an input outside its domain by design: :func:`check`
-    counts the case as outside your domain (``ConformanceReport.outside``) instead of
-    reporting a difference. ``hypothesis.assume(False)`` inside your function does the same,
-    and so does a worker's ``skip`` reply."""
+    """Raise from your function for an input outside its domain by design:
+    [`check`][fairagg.conformance.check] counts the case as outside your domain
+    (``ConformanceReport.outside``) instead of reporting a difference. ``hypothesis.assume(False)``
+    inside your function does the same, and so does a worker's ``skip`` reply."""
 
 
 class Outside(Exception):  # noqa: N818 - a control-flow signal

@@ -23,7 +23,7 @@ class Bounds(Mapping[str, Tolerance]):
 
     Most comparisons pass on the bound's relative part alone (``quick``: the user's entry
     within ``rtol`` of fairagg's, bit-identical results included), which needs no perturbed
-    runs; :func:`close_bounded` tries it first and computes the whole bound (``compute``, once)
+    runs; ``close_bounded`` tries it first and computes the whole bound (``compute``, once)
     only where that fails."""
 
     def __init__(
@@ -78,7 +78,7 @@ class Bounds(Mapping[str, Tolerance]):
 
 
 def close_bounded(got: Any, want: Any, tols: Tolerances, k: str) -> str | None:
-    """:func:`close` within ``tols[k]``, trying the bound's relative part first."""
+    """``close`` within ``tols[k]``, trying the bound's relative part first."""
     if isinstance(tols, Bounds) and close(got, want, tols.quick(k)) is None:
         return None
     return close(got, want, tols[k])
@@ -139,7 +139,7 @@ def close(got: Any, want: Any, tol: Tolerance) -> str | None:
 
 def error(got: Any, want: Any, tol: Tolerance) -> float:
     """max |got − want| / (atol + rtol·|want|) over the entries: at most 1 where they agree
-    (:func:`close`); inf where the shapes differ, where one is not finite and the other is, or
+    (``close``); inf where the shapes differ, where one is not finite and the other is, or
     where integers differ. Used to fit a continuous value."""
     arrays = _as_arrays(got, want)
     if isinstance(arrays, str):
@@ -297,8 +297,8 @@ def another_optimum(
     tols: Tolerances,
     switches: Json | None = None,
 ) -> Callable[[str, Json], bool] | None:
-    """For a target of :data:`NON_UNIQUE`: a test of whether your output ``k`` is another
-    minimiser of the case's problem (see :func:`min_norm_optimal`; with a mistake's
+    """For a target of ``NON_UNIQUE``: a test of whether your output ``k`` is another
+    minimiser of the case's problem (see ``min_norm_optimal``; with a mistake's
     ``switches``, of the mistaken problem). The problem is built only when an output differs
     from fairagg's."""
     if target not in NON_UNIQUE:

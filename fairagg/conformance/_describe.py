@@ -17,8 +17,8 @@ def _defaults(params: dict) -> str:
 
 
 def describe(target: str) -> str:
-    """What :func:`check` passes to a function checked against ``target`` (with every
-    parameter's default), what it compares, and the causes it can name."""
+    """What [`check`][fairagg.conformance.check] passes to a function checked against ``target``
+    (with every parameter's default), what it compares, and the causes it can name."""
     kind = kind_of(target)
     lines = [f"{target} ({kind}): {formula_text(target)}"]
     if kind == "formula":

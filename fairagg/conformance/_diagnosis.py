@@ -1,6 +1,6 @@
 """Naming the cause of a difference, only where it is verified.
 
-The candidates (:mod:`._causes`) are fairagg changed by exactly one thing. A candidate is
+The candidates (``_causes``) are fairagg changed by exactly one thing. A candidate is
 *verified* when it reproduces the user's outputs, within each output's error bound, on every
 case that differs and still agrees with the user's outputs on every case where they agreed
 with fairagg. Continuous values (ε, q, α, a λ step, L, the c of ‖δ‖ + c) are fitted on the
@@ -200,7 +200,7 @@ class Diagnoser:
         """``cause``'s outputs on ``o``'s case (a rule's from your θ^t), or None where it
         cannot run: a mistake written as a restatement switch is the restatement's outputs
         with the switch on (compared within the wider of the case's error bound and the
-        restatement's own, :meth:`_cause_tols`); a setting or a fitted value is fairagg's with
+        restatement's own, ``_cause_tols``); a setting or a fitted value is fairagg's with
         that parameter, and the restatement's terms beside them."""
         chk = self.checker
         inputs, thetas = self._trimmed(o)

@@ -45,9 +45,9 @@ class Mismatch:
     detail : str
         How they differ (largest difference and tolerance, shape, or the exception).
     diagnosis : str or None
-        The verified cause (see :attr:`causes`): e.g. ``"h differs: your norm is not squared
-        ..."``; ``"ambiguous: ..."`` listing every cause that fits when no input told them
-        apart; or ``"cause not identified: ..."``.
+        The verified cause (see [`causes`][fairagg.conformance.Mismatch.causes]): e.g. ``"h
+        differs: your norm is not squared ..."``; ``"ambiguous: ..."`` listing every cause that fits
+        when no input told them apart; or ``"cause not identified: ..."``.
     inputs, params : dict
         The case: fairagg's inputs and every parameter.
     causes : tuple of Cause
@@ -106,8 +106,8 @@ class Mismatch:
 
 
 class ConformanceError(AssertionError):
-    """Raised by :func:`check` when your implementation differs; ``mismatch`` says where and
-    ``report`` what else was run."""
+    """Raised by [`check`][fairagg.conformance.check] when your implementation differs; ``mismatch``
+    says where and ``report`` what else was run."""
 
     def __init__(self, mismatch: Mismatch, report: ConformanceReport | None = None) -> None:
         super().__init__(str(report) if report is not None else str(mismatch))
@@ -117,7 +117,7 @@ class ConformanceError(AssertionError):
 
 @dataclass(frozen=True)
 class ConformanceReport:
-    """What :func:`check` ran, and the first difference if there is one.
+    """What [`check`][fairagg.conformance.check] ran, and the first difference if there is one.
 
     ``golden`` and ``generated``: the golden cases and generated examples compared (a golden
     case that fairagg refuses counts, compared as "both refuse", in ``refused``);

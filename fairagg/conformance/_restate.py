@@ -1,7 +1,7 @@
 """Independent restatements of fairagg's formulas and rules, term by term, in plain NumPy.
 
 Each restatement computes a formula as it is written, with one switch for each registered
-mistake that can occur in it (:mod:`._causes` lists them). With every switch at its default it
+mistake that can occur in it (``_causes`` lists them). With every switch at its default it
 equals fairagg's implementation on every golden case (the test suite checks it), so a term it
 reports is the formula's term and a switched version is fairagg changed by exactly that
 mistake. A rule's restatement runs its rounds from the user's own θ^t where those are given
@@ -232,7 +232,8 @@ def fedfv_terms(
     external projections (``history``: fairagg's FedFVHistory of earlier rounds) and the
     rescaling. ``against_projected=True`` projects each g̃_i onto the already-projected g̃_j
     (updated in place, in client order) instead of the original δ_j. The order, keep count,
-    window and round-off thresholds are fairagg's own (:mod:`fairagg.rules.fedfv`)."""
+    window and round-off thresholds are fairagg's own
+    ([`fairagg.rules.fedfv`][fairagg.rules.fedfv])."""
     from ..rules.fedfv import (
         RHO,
         FedFVHistory,

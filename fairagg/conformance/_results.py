@@ -1,6 +1,6 @@
 """Results computed elsewhere, per golden case, compared with the golden files
 (``fairagg vectors --compare``), within the same error bounds the files carry and
-:func:`check` uses."""
+[`check`][fairagg.conformance.check] uses."""
 
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ def compare_results(
     precision : {"float64", "solver", "float32"}
         What your code computes in: each output is compared within the error bound its
         ``tolerance`` entry gives (the float64 one, its ``float32`` one, or the float64 one
-        plus ``solver_tol``), the bounds :func:`check` uses.
+        plus ``solver_tol``), the bounds [`check`][fairagg.conformance.check] uses.
     rtol, atol : float, optional
-        A blanket tolerance in place of the files' (as :func:`check`'s).
+        A blanket tolerance in place of the files' (as [`check`][fairagg.conformance.check]'s).
     solver_tol : float
         ``precision="solver"``'s accuracy.
 

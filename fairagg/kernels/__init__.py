@@ -3,12 +3,15 @@
 The NumPy float64 code is the specification; other backends must equal it within the tolerance
 table. The API the rules call, each with ``backend=``:
 
-- :func:`weighted_update` θ − Σ_k w_k δ_k (with a finiteness witness) and :func:`weighted_sum`
-  Σ_k w_k δ_k: every averaging rule;
-- :func:`row_sq_norms` ‖δ_k‖² (float64): FedMGDA+'s normalisation, FedFV;
-- :func:`weighted_sum_sq_norms` both of Σ_k w_k δ_k and ‖δ_k‖² in one pass: q-FedAvg;
-- :func:`gram` G = D Dᵀ (float64): FedMGDA+'s min-norm QP, FedFV's coefficient space;
-- :func:`two_combinations` W @ D for a (2, m) W (float64): FedFV's ḡ and mean update, one pass.
+- [`weighted_update`][fairagg.kernels.weighted_update] θ − Σ_k w_k δ_k (with a finiteness witness)
+  and [`weighted_sum`][fairagg.kernels.weighted_sum] Σ_k w_k δ_k: every averaging rule;
+- [`row_sq_norms`][fairagg.kernels.row_sq_norms] ‖δ_k‖² (float64): FedMGDA+'s normalisation, FedFV;
+- [`weighted_sum_sq_norms`][fairagg.kernels.weighted_sum_sq_norms] both of Σ_k w_k δ_k and ‖δ_k‖² in
+  one pass: q-FedAvg;
+- [`gram`][fairagg.kernels.gram] G = D Dᵀ (float64): FedMGDA+'s min-norm QP, FedFV's coefficient
+  space;
+- [`two_combinations`][fairagg.kernels.two_combinations] W @ D for a (2, m) W (float64): FedFV's ḡ
+  and mean update, one pass.
 
 Backends: ``"numpy"`` (the reference), ``"numba"`` (``kernels/cpu.py``, parallel CPU kernels;
 the Gram matrix is a register-tiled kernel for small m, BLAS's SYRK above) and ``"cuda"``
@@ -19,7 +22,7 @@ is built.
 The kernels check the kind, number of axes and lengths of their arguments, never their values:
 NaN and infinity propagate as in IEEE arithmetic, and a result beyond float64's range is ±inf
 (``weighted_update`` reports it through its finiteness witness). The rules validate what reaches
-them (:func:`fairagg.types.make_reports`) and check their results.
+them ([`fairagg.types.make_reports`][fairagg.types.make_reports]) and check their results.
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ def available_backends(*, simulator: bool = False) -> tuple[str, ...]:
 
 
 def check_backend(backend: str) -> str:
-    """Validate a ``backend`` argument against :data:`BACKENDS`; ``"cuda"`` must be usable here
-    (a CUDA GPU, or the simulator switched on with ``NUMBA_ENABLE_CUDASIM=1``)."""
+    """Validate a ``backend`` argument against [`BACKENDS`][fairagg.kernels.BACKENDS]; ``"cuda"``
+    must be usable here (a CUDA GPU, or the simulator switched on with
+    ``NUMBA_ENABLE_CUDASIM=1``)."""
     check_choice(backend, "backend", BACKENDS)
     if backend == "cuda" and not _cuda().available():
         sim = os.environ.get("NUMBA_ENABLE_CUDASIM", "0")

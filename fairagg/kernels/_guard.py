@@ -1,8 +1,8 @@
 """The structural check of the backend kernels' own entry points.
 
-:mod:`fairagg.kernels` validates and converts what callers pass, then hands the compiled kernels
-float arrays of matching shapes. Someone who calls :mod:`fairagg.kernels.cpu` or
-:mod:`fairagg.kernels.cuda` directly gets this O(1) check instead: arrays of the right kind,
+[`fairagg.kernels`][fairagg.kernels] validates and converts what callers pass, then hands the
+compiled kernels float arrays of matching shapes. Someone who calls ``fairagg.kernels.cpu`` or
+``fairagg.kernels.cuda`` directly gets this O(1) check instead: arrays of the right kind,
 number of axes and lengths, so that nothing a caller passes can reach compiled code that
 indexes out of bounds or fails to compile. Values are not read: NaN and infinity pass through
 these raw kernels (the validated entry points refuse them).

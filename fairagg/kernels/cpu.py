@@ -47,7 +47,7 @@ def _share(kernel, nblk: int, macs: int) -> None:
     """Run ``kernel(lo, hi)`` over the blocks ``0 .. nblk - 1``: in one call on the calling
     thread below ``models._parallel.MIN_PARALLEL_MACS`` multiply-adds or with one thread, else
     as tasks of consecutive blocks (at least ``_TASK_MACS`` each) on the threads of
-    :mod:`fairagg.models._parallel`, which take the next task when they finish one (a thread
+    ``fairagg.models._parallel``, which take the next task when they finish one (a thread
     slowed by another process takes fewer). Every block is computed alike either way, so the
     result does not depend on the thread count."""
     threads = threads_for(macs)
@@ -189,7 +189,7 @@ def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) 
 
 def weighted_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     """``Σ_k weights_k δ_k`` for a C-contiguous (m, d) ``deltas``, in its dtype: the pass of
-    :func:`weighted_update` started from 0 (no d-vector of zeros to allocate and read)."""
+    ``weighted_update`` started from 0 (no d-vector of zeros to allocate and read)."""
     kernel_arrays("weighted_sum", weights=(weights, 1), deltas=(deltas, 2))
     same_length("weights", weights.shape[0], "deltas' rows", deltas.shape[0])
     if _by_rows(*deltas.shape):
@@ -318,7 +318,7 @@ def _compiles_for_avx512() -> bool:
 
 
 _GRAM_WIDE = _compiles_for_avx512()
-#: Largest m for which ``kernels.gram(D, "numba")`` uses :func:`gram` rather than OpenBLAS's SYRK
+#: Largest m for which ``kernels.gram(D, "numba")`` uses ``gram`` rather than OpenBLAS's SYRK
 #: (on one BLAS thread). One limit for every thread count, so that which code computes G, and so
 #: its round-off, never depends on the thread count. Measured on 2 cores (single runs,
 #: d = 10⁵, the kernel against SYRK): with AVX-512 (4 × 4 tiles, 0.9-1.0 of the one-core GEMM
@@ -332,7 +332,7 @@ GRAM_MAX_M = 700 if _GRAM_WIDE else 128
 
 
 def use_gram_kernel(m: int) -> bool:
-    """Whether ``kernels.gram(D, "numba")`` computes G with :func:`gram` (m ≤ :data:`GRAM_MAX_M`)
+    """Whether ``kernels.gram(D, "numba")`` computes G with ``gram`` (m ≤ ``GRAM_MAX_M``)
     rather than with BLAS; the same answer for every thread count."""
     return m <= GRAM_MAX_M
 
@@ -472,7 +472,7 @@ def _gram_chunks(D, partial, c_lo, c_hi, wide):
 def gram(deltas: np.ndarray) -> np.ndarray:
     """G = D Dᵀ in float64, exactly symmetric, of a C-contiguous (m, d) float32/float64
     ``deltas``: one parallel, register-tiled pass over D. OpenBLAS's SYRK runs such short, wide
-    matrices at a fraction of its GEMM rate; this pass beats it up to about :data:`GRAM_MAX_M`
+    matrices at a fraction of its GEMM rate; this pass beats it up to about ``GRAM_MAX_M``
     rows (see there), where ``kernels.gram(D, "numba")`` calls it."""
     kernel_arrays("gram", deltas=(deltas, 2))
     m, d = deltas.shape

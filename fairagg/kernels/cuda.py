@@ -1,8 +1,8 @@
 """numba.cuda kernels of the aggregation hot loops, tested equal to the NumPy reference.
 
-Imported only when a caller asks for ``backend="cuda"`` (:mod:`fairagg.kernels` imports it
-lazily), so the package works on machines without CUDA. Without a GPU the kernels run under
-numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba is first imported): slow,
+Imported only when a caller asks for ``backend="cuda"`` ([`fairagg.kernels`][fairagg.kernels]
+imports it lazily), so the package works on machines without CUDA. Without a GPU the kernels run
+under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba is first imported): slow,
 but the same code, which is how the test suite checks them on CPU-only machines.
 
 The kernels are written for the memory system of a GPU, not transliterated from the CPU ones:

@@ -9,16 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..types import Rule
-from .aaggff import aaggff_d, aaggff_s
-from .afl import afl
-from .fedavg import fairavg, fedavg
-from .fedfa import fedfa
-from .fedfv import fedfv
-from .fedmgda import fedmgda
-from .oco import propfair_eg, qffl_eg, term_eg
-from .propfair import propfair
-from .qffl import qfedavg, qfedsgd
-from .term import term
+
+# The rules' modules are the package's attributes (``fairagg.rules.afl`` is the module that holds
+# ``afl_step``); the factories are reached through their modules or ``RULES``, never bound here
+# under a module's name.
+from . import aaggff, afl, fedavg, fedfa, fedfv, fedmgda, oco, propfair, qffl, term
 
 __all__ = ["RULES", "RuleSpec", "make_rule"]
 
@@ -32,7 +27,7 @@ class RuleSpec:
     name : str
         Registry key, also ``Rule.name``.
     factory : callable
-        Builds the :class:`~fairagg.types.Rule` from keyword hyper-parameters.
+        Builds the [`Rule`][fairagg.types.Rule] from keyword hyper-parameters.
     paper : str
         Short name of the source paper (see the docs' rules pages).
     equations : str
@@ -60,21 +55,21 @@ RULES: dict[str, RuleSpec] = {
     for spec in (
         RuleSpec(
             "fedavg",
-            fedavg,
+            fedavg.fedavg,
             "McMahan et al. 2017, as FairAvg",
             "eqs. 3-4",
             "average of client models weighted by n_k",
         ),
         RuleSpec(
             "fairavg",
-            fairavg,
+            fedavg.fairavg,
             "FairAvg (Michieli & Ozay 2021)",
             "eqs. 3, 5",
             "uniform average of client models, 1/m each",
         ),
         RuleSpec(
             "qfedavg",
-            qfedavg,
+            qffl.qfedavg,
             "q-FFL (Li et al. 2020)",
             "eq. 2, Alg. 1",
             "q-FedAvg: θ − Σ F̃_k^q Δw_k / Σ h_k with the Lemma 12 step",
@@ -82,7 +77,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "qfedsgd",
-            qfedsgd,
+            qffl.qfedsgd,
             "q-FFL (Li et al. 2020)",
             "eq. 2, Alg. 3",
             "q-FedSGD: the q-FedAvg step on full-batch client gradients",
@@ -90,7 +85,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "afl",
-            afl,
+            afl.afl,
             "AFL (Mohri et al. 2019)",
             "descent-ascent, SPEC §3",
             "minimax: gradient step on Σ λ_k F_k, projected ascent on λ; averaged model",
@@ -99,7 +94,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "term",
-            term,
+            term.term,
             "TERM (Li et al. 2021)",
             "tilted objective, SPEC §6",
             "weights ∝ p_k exp(t F_k); official variant with a running normaliser",
@@ -107,7 +102,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "propfair",
-            propfair,
+            propfair.propfair,
             "PropFair (Zhang et al. 2023)",
             "surrogate −log(1 − f/M), SPEC §6",
             "clients train on the PropFair surrogate; FedAvg aggregation",
@@ -115,7 +110,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "fedfv",
-            fedfv,
+            fedfv.fedfv,
             "FedFV (Wang et al. 2021)",
             "Algs. 1-3, SPEC §7",
             "projects out conflicts between updates in loss order, protects recent history, "
@@ -124,14 +119,14 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "fedmgda",
-            fedmgda,
+            fedmgda.fedmgda,
             "FedMGDA+ (Hu et al. 2020)",
             "min-norm QP in an ε-box, SPEC §8",
             "min-norm combination of normalised updates, λ within ε of FedAvg's weights",
         ),
         RuleSpec(
             "fedfa",
-            fedfa,
+            fedfa.fedfa,
             "FedFa (Huang et al. 2020)",
             "eqs. 1-15 reconstructed, SPEC §9",
             "weights from the information in low accuracy and frequent participation; server and "
@@ -140,7 +135,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "qffl-eg",
-            qffl_eg,
+            oco.qffl_eg,
             "AAgFF poster (OCO view of q-FFL)",
             "EG table, q-FedAvg row",
             "EG step from w: weights ∝ n_k F_k^q",
@@ -148,7 +143,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "term-eg",
-            term_eg,
+            oco.term_eg,
             "AAgFF poster (OCO view of TERM)",
             "EG table, TERM row",
             "EG step from w: weights ∝ n_k exp(λ F_k)",
@@ -156,7 +151,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "propfair-eg",
-            propfair_eg,
+            oco.propfair_eg,
             "AAgFF poster (OCO view of PropFair)",
             "EG table, PropFair row",
             "EG step from w: weights ∝ n_k / (M − F_k)",
@@ -164,7 +159,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "aaggff-s",
-            aaggff_s,
+            aaggff.aaggff_s,
             "AAgFF poster (Hahn et al. 2024)",
             "AAgFF-S FTRL, Theorem 1",
             "cross-silo: exact quadratic-FTRL mixing weights from CDF-bounded losses",
@@ -173,7 +168,7 @@ RULES: dict[str, RuleSpec] = {
         ),
         RuleSpec(
             "aaggff-d",
-            aaggff_d,
+            aaggff.aaggff_d,
             "AAgFF poster (Hahn et al. 2024)",
             "AAgFF-D FTRL, DR estimator, Thm 2, Cor. 3",
             "cross-device: entropic FTRL on a doubly-robust gradient estimate",

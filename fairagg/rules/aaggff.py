@@ -2,19 +2,21 @@
 (AAgFF poster; SPEC §5; details of the public code vaseline555/AAggFF as ``variant="official"``).
 
 Each round the server sees the selected clients' pre-training losses F_i(θ^t), turns them into a
-bounded response r_i = Φ(F_i / mean_{j∈S} F_j)·s (:func:`fairagg.online.aaggff_response`), suffers
-the decision loss ℓ_t(p^t) = −log(1 + ⟨p^t, r⟩), updates its mixing coefficients and aggregates the
-client updates with the fresh p^{t+1}, renormalised over the selected clients:
+bounded response r_i = Φ(F_i / mean_{j∈S} F_j)·s
+([`fairagg.online.aaggff_response`][fairagg.online.aaggff_response]), suffers the decision loss
+ℓ_t(p^t) = −log(1 + ⟨p^t, r⟩), updates its mixing coefficients and aggregates the client updates
+with the fresh p^{t+1}, renormalised over the selected clients:
 
     q_i = p^{t+1}_i / Σ_{j∈S} p^{t+1}_j,   θ^{t+1} = θ^t − η_s Σ_{i∈S} q_i δ_i.
 
 - **AAgFF-S** (cross-silo, K < T, every client every round): quadratic FTRL (online Newton step),
-  the exact simplex QP of :func:`fairagg.online.quadratic_ftrl_round`; s = 1/K, L∞ = 1/K,
-  α = 4K L∞, β = 1/(4L∞).
+  the exact simplex QP of
+  [`fairagg.online.quadratic_ftrl_round`][fairagg.online.quadratic_ftrl_round]; s = 1/K, L∞ = 1/K, α
+  = 4K L∞, β = 1/(4L∞).
 - **AAgFF-D** (cross-device, m of K sampled uniformly): entropic FTRL
   p_i ∝ exp(−√(log K) G_i / (L∞ √(t+1))) on the first-order gradient estimate ĝ of the
-  doubly-robust response (:func:`fairagg.online.dr_response`, :func:`fairagg.online.dr_gradient`);
-  s = C = m/K, L∞ = 2 + C.
+  doubly-robust response ([`fairagg.online.dr_response`][fairagg.online.dr_response],
+  [`fairagg.online.dr_gradient`][fairagg.online.dr_gradient]); s = C = m/K, L∞ = 2 + C.
 
 p¹ is uniform. ``info`` reports the full decision ``p`` (K,), the aggregation weights ``weights``
 (m,), the responses and the decision loss of the decision played this round.
@@ -135,7 +137,7 @@ def aaggff_aggregate(
 class AAgFFSState(NamedTuple):
     """AAgFF-S's state: the decision p^t to play next, the FTRL sums, and the QP solver's
     Cholesky factor from the round that chose p^t (None before the first round; see
-    :func:`fairagg.online.quadratic_ftrl_round`)."""
+    [`fairagg.online.quadratic_ftrl_round`][fairagg.online.quadratic_ftrl_round])."""
 
     p: np.ndarray
     ftrl: QuadraticFTRL
@@ -170,19 +172,21 @@ def aaggff_s(
 ) -> Rule:
     """AAgFF-S, the cross-silo rule: exact quadratic FTRL on the simplex (SPEC §5).
 
-    Every round must include all K clients (``ValueError`` otherwise; use :func:`aaggff_d` when
-    clients are sampled). Round t: r = Φ(F/mean F)/K, g_t = −r/(1 + ⟨p_t, r⟩),
-    p_{t+1} = argmin_{p∈Δ} Σ_τ⟨g_τ, p⟩ + (α/2)‖p‖² + (β/2)Σ_τ⟨g_τ, p − p_τ⟩² (``variant="paper"``)
-    or the public code's A = α(1+β)I + βΣggᵀ, b = Σg (``variant="official"``), solved exactly
-    (:func:`fairagg.simplex.solve_simplex_qp`, warm-started at p_t). p¹ is uniform, or the public
-    code's all-ones vector with ``variant="official"`` (which also takes the code's decreasing
-    "normal" CDF, :func:`fairagg.online.aaggff_response`; the module docstring lists what the
-    code does that no variant reproduces).
+    Every round must include all K clients (``ValueError`` otherwise; use
+    [`aaggff_d`][fairagg.rules.aaggff.aaggff_d] when clients are sampled). Round t: r = Φ(F/mean
+    F)/K, g_t = −r/(1 + ⟨p_t, r⟩), p_{t+1} = argmin_{p∈Δ} Σ_τ⟨g_τ, p⟩ + (α/2)‖p‖² + (β/2)Σ_τ⟨g_τ, p
+    − p_τ⟩² (``variant="paper"``) or the public code's A = α(1+β)I + βΣggᵀ, b = Σg
+    (``variant="official"``), solved exactly
+    ([`fairagg.simplex.solve_simplex_qp`][fairagg.simplex.solve_simplex_qp], warm-started at p_t).
+    p¹ is uniform, or the public code's all-ones vector with ``variant="official"`` (which also
+    takes the code's decreasing "normal" CDF,
+    [`fairagg.online.aaggff_response`][fairagg.online.aaggff_response]; the module docstring lists
+    what the code does that no variant reproduces).
 
     Parameters
     ----------
     cdf : str
-        Response CDF, one of :data:`fairagg.online.RESPONSE_CDFS`.
+        Response CDF, one of [`fairagg.online.RESPONSE_CDFS`][fairagg.online.RESPONSE_CDFS].
     lipschitz, alpha, beta : float, optional
         L∞ (default 1/K), α (default 4K L∞), β (default 1/(4 L∞)).
     variant : {"paper", "official"}
@@ -267,21 +271,21 @@ def aaggff_d(
     """AAgFF-D, the cross-device rule: entropic FTRL on a doubly-robust gradient estimate (SPEC §5).
 
     Round t with m of K clients selected (C = m/K unless given): r_i = Φ(F_i/mean F)·C for
-    i ∈ S; ř and r̄ from :func:`fairagg.online.dr_response` (``variant="paper"``:
-    r̄ + (r_i − r̄)/C for selected clients; ``"official"``: (r_i − r̄)/C); ĝ from
-    :func:`fairagg.online.dr_gradient` at p_t; G_t = G_{t−1} + ĝ;
+    i ∈ S; ř and r̄ from [`fairagg.online.dr_response`][fairagg.online.dr_response]
+    (``variant="paper"``: r̄ + (r_i − r̄)/C for selected clients; ``"official"``: (r_i − r̄)/C); ĝ
+    from [`fairagg.online.dr_gradient`][fairagg.online.dr_gradient] at p_t; G_t = G_{t−1} + ĝ;
     p_{t+1} ∝ exp(−√(log K) G_t / (L∞ √(t+1))), t counted from 1. The aggregation weights over
     S are computed from the logits (a softmax over S), so they never underflow. C = m/K is the
     exact inclusion probability of uniform sampling without replacement.
     ``variant="official"`` plays p¹ = C·1 (the public code's first decision; it is not on the
     simplex and enters only the first round's ĝ), and takes the code's decreasing "normal" CDF
-    (:func:`fairagg.online.aaggff_response`); the module docstring lists what the code does that
-    no variant reproduces.
+    ([`fairagg.online.aaggff_response`][fairagg.online.aaggff_response]); the module docstring lists
+    what the code does that no variant reproduces.
 
     Parameters
     ----------
     cdf : str
-        Response CDF, one of :data:`fairagg.online.RESPONSE_CDFS`.
+        Response CDF, one of [`fairagg.online.RESPONSE_CDFS`][fairagg.online.RESPONSE_CDFS].
     lipschitz : float, optional
         L∞ (default 2 + C, recomputed each round from m unless C is given).
     variant : {"paper", "official"}

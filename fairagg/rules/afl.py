@@ -10,9 +10,10 @@ one of the K clients in every round:
     \\lambda^{t+1} = \\Pi_\\Delta\\big(\\lambda^t + \\gamma_\\lambda F(\\theta^t)\\big),
 
 g_k the (full-batch or minibatch) gradient ∇F_k(θ^t), F(θ^t) the vector of the clients' losses,
-Π_Δ the exact Euclidean simplex projection (:func:`fairagg.simplex.project_simplex`, the sort
-with the inclusive sum, not the public q-FFL code's off-by-one), λ⁰ = 1/K. The reported model is
-the average θ̄^T = (1/T) Σ_{t=1}^T θ^t of the iterates after each round.
+Π_Δ the exact Euclidean simplex projection
+([`fairagg.simplex.project_simplex`][fairagg.simplex.project_simplex], the sort with the inclusive
+sum, not the public q-FFL code's off-by-one), λ⁰ = 1/K. The reported model is the average θ̄^T =
+(1/T) Σ_{t=1}^T θ^t of the iterates after each round.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def afl_step(
     lr, lambda_lr : float
         γ_w > 0 and γ_λ > 0.
     backend : {"numpy", "numba", "cuda"}
-        Backend of the descent step's pass over the (K, d) gradients (:mod:`fairagg.kernels`).
+        Backend of the descent step's pass over the (K, d) gradients
+        ([`fairagg.kernels`][fairagg.kernels]).
 
     Returns
     -------
@@ -133,7 +135,7 @@ def afl(
     batch_size : int, optional
         Gradients on one minibatch of this size per client (None: full batch).
     backend : {"numpy", "numba", "cuda"}
-        Backend of the descent step (see :func:`afl_step`).
+        Backend of the descent step (see [`afl_step`][fairagg.rules.afl.afl_step]).
 
     Notes
     -----

@@ -140,12 +140,12 @@ def stateless_rule(
     """A stateless rule θ^{t+1} = θ^t − Σ_k a_k δ_k with a_k = ``weights_of(reports)``.
 
     Shared by every rule whose step is a weighted average of the round's updates (FedAvg, FairAvg,
-    the EG views of :mod:`fairagg.rules.oco`, PropFair, FedMGDA+). On ``backend="cuda"``,
-    ``params`` and ``reports.deltas`` may be CUDA device arrays: the new θ is then one, and the
-    round never moves the updates off the device. ``needs`` names the report
+    the EG views of [`fairagg.rules.oco`][fairagg.rules.oco], PropFair, FedMGDA+). On
+    ``backend="cuda"``, ``params`` and ``reports.deltas`` may be CUDA device arrays: the new θ is
+    then one, and the round never moves the updates off the device. ``needs`` names the report
     fields it reads and ``info["weights"]`` holds a_k. ``weights_of`` may also return
     ``(a, extra)`` with a dict of further diagnostics for ``info``; ``local`` is what the clients
-    compute (:class:`~fairagg.types.LocalSpec`; local training when None).
+    compute ([`LocalSpec`][fairagg.types.LocalSpec]; local training when None).
     """
     check_backend(backend)
 
@@ -167,7 +167,8 @@ def stateless_rule(
 def fedavg(*, backend: str = "numpy") -> Rule:
     """FedAvg (McMahan et al. 2017) as a rule: weights ∝ n_k over the selected clients.
 
-    See :func:`fedavg_weights` (FairAvg, eq. 4) and :func:`apply_weighted_update` (eq. 3).
+    See [`fedavg_weights`][fairagg.rules.fedavg.fedavg_weights] (FairAvg, eq. 4) and
+    [`apply_weighted_update`][fairagg.rules.fedavg.apply_weighted_update] (eq. 3).
     ``info["weights"]`` holds a_k.
 
     Parameters
@@ -181,7 +182,8 @@ def fedavg(*, backend: str = "numpy") -> Rule:
 def fairavg(*, backend: str = "numpy") -> Rule:
     """FairAvg (Michieli & Ozay 2021) as a rule: uniform weights 1/m over the selected clients.
 
-    See :func:`fairavg_weights` (FairAvg, eq. 5) and :func:`apply_weighted_update` (eq. 3).
+    See [`fairavg_weights`][fairagg.rules.fedavg.fairavg_weights] (FairAvg, eq. 5) and
+    [`apply_weighted_update`][fairagg.rules.fedavg.apply_weighted_update] (eq. 3).
     ``info["weights"]`` holds a_k.
 
     Parameters

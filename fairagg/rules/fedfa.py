@@ -32,7 +32,8 @@ Guards (SPEC §9 and this module's, so that the weights always lie on the simple
   literal formula then gives −log(1 + ε) ≈ −ε < 0 and a negative weight of order ε; the floor
   changes that quantity by at most ε. For m ≥ 2 the floored accuracy information always has a
   positive sum when ε_a < 1/2; the frequency information has one as long as the largest share
-  P_k exceeds ε_f (always, for ε_f < 1/m), else :func:`fedfa_weights` raises ``ValueError``.
+  P_k exceeds ε_f (always, for ε_f < 1/m), else [`fedfa_weights`][fairagg.rules.fedfa.fedfa_weights]
+  raises ``ValueError``.
 
 **Server momentum** (eqs. 3-7). With the server pseudo-gradient Δ_t = θ^t − θ̄ (old minus new,
 so it points like a gradient),
@@ -52,8 +53,8 @@ code's sign, Δ_t = θ̄ − θ^t, every round (τ must be 1), which pulls θ^{t
 it damps instead.
 
 **Client momentum** (eqs. 1-2): v ← μ v + ∇ℓ(batch), w ← w − lr·v, v = 0 at the start of each
-round. The clients run it (:mod:`fairagg.local`); the rule asks for it through its
-:class:`~fairagg.types.LocalSpec` (``momentum=client_momentum``). The paper's text calls v "the
+round. The clients run it ([`fairagg.local`][fairagg.local]); the rule asks for it through its
+[`LocalSpec`][fairagg.types.LocalSpec] (``momentum=client_momentum``). The paper's text calls v "the
 exponentially weighted average of the gradient", which would be v ← μv + (1 − μ)∇ℓ; SPEC §9 and
 the public code (PyTorch's SGD momentum) use v ← μv + ∇ℓ, whose steps are 1/(1 − μ) times
 larger. The two coincide with lr scaled by (1 − μ).
@@ -130,7 +131,7 @@ class FedFaInformation(NamedTuple):
 
 
 class FedFaServerStep(NamedTuple):
-    """What :func:`fedfa_server_step` returns.
+    """What [`fedfa_server_step`][fairagg.rules.fedfa.fedfa_server_step] returns.
 
     Attributes
     ----------
@@ -256,7 +257,7 @@ def fedfa_weights(
     Parameters
     ----------
     accuracies, participations, eps_a, eps_f
-        See :func:`fedfa_information`.
+        See [`fedfa_information`][fairagg.rules.fedfa.fedfa_information].
     alpha : float
         α ∈ [0, 1], the weight of the accuracy information (default 0.5).
     beta : float, optional

@@ -49,9 +49,9 @@ Two implementations compute the same numbers (to round-off; ``method=``):
   (2, m+w) × (m+w, d) product for ḡ and the mean update. Its two passes over the updates run
   on ``backend="numpy"`` (BLAS), ``"numba"`` (a register-tiled Numba Gram kernel up to
   ``kernels.cpu.GRAM_MAX_M`` updates, BLAS's SYRK above, and a one-pass Numba kernel for the
-  product: the fastest on a CPU) or ``"cuda"`` (:mod:`fairagg.kernels`); the coefficient-space
-  work on G is O(m³), independent of d, on the host for every backend (its projection loop
-  compiled by Numba).
+  product: the fastest on a CPU) or ``"cuda"`` ([`fairagg.kernels`][fairagg.kernels]); the
+  coefficient-space work on G is O(m³), independent of d, on the host for every backend (its
+  projection loop compiled by Numba).
 
 Both also return the coefficient matrix of the g̃_i and the final weights, so that
 θ^{t+1} = θ^t − Σ_k a_k δ_k − Σ_h b_h h_h.
@@ -300,7 +300,7 @@ def fedfv_direction(
     alpha : float
         α ∈ [0, 1], the fraction of high-loss clients that keep their update.
     order : {"loss", "reverse", "random"}
-        Projection order (see :func:`fedfv_order`).
+        Projection order (see [`fedfv_order`][fairagg.rules.fedfv.fedfv_order]).
     seed : int
         Seed of the random order.
     round_index : int
@@ -320,12 +320,12 @@ def fedfv_direction(
         update that the convergence proofs of Theorems 3 and 4 analyse.
     backend : {"numpy", "numba", "cuda"}
         Backend of the Gram path's two passes over the updates: the Gram matrix and the final
-        combination W @ D (:mod:`fairagg.kernels`). The coefficient-space work on the small
-        (m + w)² matrix runs on the host, the same code on every backend (NumPy, and its
+        combination W @ D ([`fairagg.kernels`][fairagg.kernels]). The coefficient-space work on the
+        small (m + w)² matrix runs on the host, the same code on every backend (NumPy, and its
         projection loop compiled by Numba). ``method="vector"`` is the readable
         specification and runs only on ``"numpy"``; ``"numba"`` runs its BLAS calls (the small
         products on the Gram matrix, the norms) on one BLAS thread, its two passes on Numba's
-        threads (:mod:`fairagg.models._parallel`).
+        threads (``fairagg.models._parallel``).
 
     Returns
     -------
@@ -346,7 +346,8 @@ def _fedfv_direction(
     deltas, losses, alpha, order, seed, round_index, history, tau, variant, method, client_ids,
     rescale, backend,
 ) -> FedFVResult:  # fmt: skip
-    """:func:`fedfv_direction` once ``method`` and ``backend`` are checked."""
+    """[`fedfv_direction`][fairagg.rules.fedfv.fedfv_direction] once ``method`` and ``backend`` are
+    checked."""
     # The Gram path finds a non-finite entry in the Gram matrix's diagonal instead of a separate
     # pass over the (m, d) updates (that pass costs about a tenth of the step).
     D = as_float_array(deltas, "deltas", ndim=2, min_size=1, finite=method == "vector")
@@ -452,7 +453,7 @@ def _conflict(dot: float, scale: float) -> bool:
 
 
 def _in_range(sq: np.ndarray, D: np.ndarray, H: np.ndarray) -> bool:
-    """Every decision of :func:`_norms` and every Gram entry it keeps are exact to rounding
+    """Every decision of ``_norms`` and every Gram entry it keeps are exact to rounding
     (the plain computation; elsewhere fedfv_direction scales the updates):
     the squares are finite and ≤ 2^1000, and each one is ≥ 2^-968 (no digits lost to
     underflow), or below it where the zero threshold 2^-1022 P is ≥ 2^-967 (P ≥ 2^55: its true
@@ -547,7 +548,7 @@ def _external_vector(
 
 
 def _gram(D, H, perm, kept, groups, backend):
-    """Algs. 2-3 in coefficient space over G = U Uᵀ. Returns what :func:`_vector` does."""
+    """Algs. 2-3 in coefficient space over G = U Uᵀ. Returns what ``_vector`` does."""
     m, h = D.shape[0], H.shape[0]
     if backend == "cuda" and h:  # one kernel over U = [D; H] rather than three transfers
         G = gram(np.concatenate([D, H]), backend)
@@ -615,9 +616,9 @@ def _projections(Gd, perm, diag, norms, active, rho, C, size):  # pragma: no cov
     projections; ``C`` and ``size`` are updated in place.
 
     δ_j·g̃_i = (C G)_ij, G exactly symmetric so that row j of G is its column. ``size_i`` =
-    Σ_l |C_il| ‖δ_l‖, the scale of g̃_i's round-off, is summed as :func:`_vector` sums it: from
+    Σ_l |C_il| ‖δ_l‖, the scale of g̃_i's round-off, is summed as ``_vector`` sums it: from
     ‖δ_i‖, adding each projection's |coefficient| · ‖δ_j‖ in the order of ``perm`` (each column
-    j of C changes once, from 0), and the conflict test is :func:`_conflict`'s, associated the
+    j of C changes once, from 0), and the conflict test is ``_conflict``'s, associated the
     same way (no fast-math flags here: only the dot products are reassociated). Compiled: the
     NumPy loop over targets cost about 10 µs of interpreter a target (0.95 ms at m = 100, against
     0.07 ms here)."""
@@ -641,7 +642,8 @@ def _projections(Gd, perm, diag, norms, active, rho, C, size):  # pragma: no cov
 
 def _combine(W: np.ndarray, D: np.ndarray, H: np.ndarray, backend: str) -> np.ndarray:
     """W @ [D; H] for a (2, m + h) W: one pass over the updates on ``"numba"`` and ``"cuda"``
-    (:func:`fairagg.kernels.two_combinations`), the matrix product on ``"numpy"``."""
+    ([`fairagg.kernels.two_combinations`][fairagg.kernels.two_combinations]), the matrix product on
+    ``"numpy"``."""
     m = D.shape[0]
     V = two_combinations(W[:, :m], D, backend)
     if H.shape[0]:
@@ -702,8 +704,9 @@ def fedfv(
         Alg. 1's rescaling to the mean update's length (default); False steps by ḡ itself, the
         update analysed by Theorems 3 and 4.
     backend : {"numpy", "numba", "cuda"}
-        Backend of the Gram path's passes over the updates (see :func:`fedfv_direction`);
-        ``"numba"`` is the fastest on a CPU.
+        Backend of the Gram path's passes over the updates (see
+        [`fedfv_direction`][fairagg.rules.fedfv.fedfv_direction]); ``"numba"`` is the fastest on a
+        CPU.
 
     Notes
     -----

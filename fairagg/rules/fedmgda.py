@@ -11,8 +11,9 @@ With ĝ_k = δ_k/‖δ_k‖ (a zero δ_k contributes ĝ_k = 0) and λ0_k = n_k/�
     \\theta^{t+1} = \\theta^t - \\eta \\sum_k \\lambda^*_k \\hat g_k .
 
 ε = 0 gives λ* = λ0 (FedAvg on normalised updates); ε ≥ 1 gives plain MGDA (the min-norm point of
-the convex hull). The QP is solved exactly by :func:`fairagg.simplex.min_norm_weights` on the Gram
-matrix of the ĝ_k (one (m, m) product of the updates, then O(m³) work).
+the convex hull). The QP is solved exactly by
+[`fairagg.simplex.min_norm_weights`][fairagg.simplex.min_norm_weights] on the Gram matrix of the ĝ_k
+(one (m, m) product of the updates, then O(m³) work).
 
 Every scale. λ* and the step depend on the directions ĝ_k alone. Where a squared norm of the raw
 updates leaves [2^-968, 2^1000] (updates beyond about 1e±145), each row is divided by its largest
@@ -79,7 +80,7 @@ def fedmgda_weights(
     server_lr : float
         η ≥ 0.
     backend : {"numpy", "numba", "cuda"}
-        Backend of the Gram matrix (:func:`fairagg.kernels.gram`).
+        Backend of the Gram matrix ([`fairagg.kernels.gram`][fairagg.kernels.gram]).
     """
     on_device = is_device_array(deltas)
     if on_device:  # only the (m, m) Gram matrix leaves the device

@@ -4,7 +4,8 @@ algorithms"; SPEC §4).
 
 Each rule takes the last decision p^t = w (w_i = n_i / Σ_{j∈S} n_j over the selected clients), a
 response r_i built from the pre-training losses F_i(θ^t) and a step η, and aggregates with the EG
-step p_i ∝ w_i exp(r_i/η) (:func:`fairagg.online.exponentiated_gradient`):
+step p_i ∝ w_i exp(r_i/η)
+([`fairagg.online.exponentiated_gradient`][fairagg.online.exponentiated_gradient]):
 
 ======== ===================== ===== =========================
 rule     response r_i          η     new decision
@@ -129,7 +130,8 @@ def _eg_rule(name: str, weights_of: Any, hyper: dict[str, Any], backend: str) ->
 
 
 def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
-    """q-FedAvg's aggregation weights as an EG step: weights ∝ w_i F_i^q (:func:`eg_qffl_weights`).
+    """q-FedAvg's aggregation weights as an EG step: weights ∝ w_i F_i^q
+    ([`eg_qffl_weights`][fairagg.rules.oco.eg_qffl_weights]).
 
     Parameters
     ----------
@@ -149,7 +151,8 @@ def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
 
 
 def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
-    """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i) (:func:`eg_term_weights`).
+    """TERM's aggregation weights as an EG step: ∝ w_i exp(λ F_i)
+    ([`eg_term_weights`][fairagg.rules.oco.eg_term_weights]).
 
     Parameters
     ----------
@@ -165,7 +168,8 @@ def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
 
 
 def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
-    """PropFair's aggregation weights as an EG step: ∝ w_i/(M − F_i) (:func:`eg_propfair_weights`).
+    """PropFair's aggregation weights as an EG step: ∝ w_i/(M − F_i)
+    ([`eg_propfair_weights`][fairagg.rules.oco.eg_propfair_weights]).
 
     Parameters
     ----------

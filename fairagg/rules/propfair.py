@@ -3,12 +3,13 @@
 PropFair maximises Σ_k log(M − F_k(θ)), the proportional-fairness objective. The official
 algorithm moves it to the clients: each selected client trains on the surrogate −log(1 − f/M) of
 each minibatch loss f (continued by f/M, or by the Huber continuation f/ε with ``huber=True``,
-where M − f < ε; :mod:`fairagg.local`), and the server averages the updates with FedAvg's weights
-n_k/Σ_S n. M must exceed every client's loss: the rule checks the reported losses F_k(θ^t).
+where M − f < ε; [`fairagg.local`][fairagg.local]), and the server averages the updates with
+FedAvg's weights n_k/Σ_S n. M must exceed every client's loss: the rule checks the reported losses
+F_k(θ^t).
 
 As M → ∞ with the learning rate scaled by M the surrogate's gradient M∇f/(M − f) tends to ∇f, so
 PropFair tends to FedAvg. The aggregation-weight view (weights ∝ n_k/(M − F_k), one EG step) is
-the separate rule ``propfair-eg`` (:mod:`fairagg.rules.oco`).
+the separate rule ``propfair-eg`` ([`fairagg.rules.oco`][fairagg.rules.oco]).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """q-FFL: the objective and the server steps of q-FedAvg and q-FedSGD (Li et al. 2020, eq. 2,
 Algs. 1 and 3, Lemma 12; SPEC §2).
 
-Registry rules: :func:`qfedavg` (``"qfedavg"``) and :func:`qfedsgd` (``"qfedsgd"``, whose clients
-report full-batch gradients). Formula functions (plain arrays in, arrays out):
+Registry rules: [`qfedavg`][fairagg.rules.qffl.qfedavg] (``"qfedavg"``) and
+[`qfedsgd`][fairagg.rules.qffl.qfedsgd] (``"qfedsgd"``, whose clients report full-batch gradients).
+Formula functions (plain arrays in, arrays out):
 
-- :func:`qffl_objective`: f_q(w) = Σ_k p_k F_k(w)^{q+1}/(q+1);
-- :func:`qfedavg_step`: Alg. 1's server update from the clients' displacements δ_k = θ^t − θ_k;
-- :func:`qfedsgd_step`: Alg. 3's, from full-batch gradients ∇F_k(θ^t);
-- :func:`lipschitz_q`: Lemma 12's L_q(w) = L f^q + q f^{q−1} ‖∇f‖².
+- [`qffl_objective`][fairagg.rules.qffl.qffl_objective]: f_q(w) = Σ_k p_k F_k(w)^{q+1}/(q+1);
+- [`qfedavg_step`][fairagg.rules.qffl.qfedavg_step]: Alg. 1's server update from the clients'
+  displacements δ_k = θ^t − θ_k;
+- [`qfedsgd_step`][fairagg.rules.qffl.qfedsgd_step]: Alg. 3's, from full-batch gradients ∇F_k(θ^t);
+- [`lipschitz_q`][fairagg.rules.qffl.lipschitz_q]: Lemma 12's L_q(w) = L f^q + q f^{q−1} ‖∇f‖².
 
 Conventions (SPEC §2): L = 1/lr; F̃_k = F_k(θ^t) + ε with ε = 1e-10 by default; norms are over the
 whole flattened parameter vector; the sums over the selected clients carry **no** n_k weights, so
@@ -18,8 +20,8 @@ h_k's L F_k^q. fairagg follows SPEC §2 and both public codes (the q-FFL authors
 which use Δw_k = L·δ_k, the local update read as an estimate of the gradient times the step 1/L
 (the paper's own derivation: "we replace the gradient of the local functions, ∇F_k, in the
 q-FedSGD steps with the local update vectors"). The two differ whenever lr ≠ 1: the literal text
-is :func:`qfedavg_step` with ``lr=1`` on the same δ_k and L in h_k only, which fairagg does not
-offer as a variant.
+is [`qfedavg_step`][fairagg.rules.qffl.qfedavg_step] with ``lr=1`` on the same δ_k and L in h_k
+only, which fairagg does not offer as a variant.
 
 Every scale. Δ_k = F̃_k^q Δw_k and h_k = q F̃_k^{q−1}‖Δw_k‖² + L F̃_k^q share the factor F̃_k^q,
 and the step Σ Δ_k / Σ h_k is unchanged when every F̃_k^q is divided by the largest one:
@@ -220,7 +222,7 @@ _LN2 = math.log(2.0)
 
 def _in_range(sq: np.ndarray, D: np.ndarray, h_rel: np.ndarray, denom: float) -> bool:
     """The plain computation is exact to rounding: the squared norms are (see
-    :func:`fairagg._checks.squares_in_range`) and the denominator is finite and positive."""
+    ``fairagg._checks.squares_in_range``) and the denominator is finite and positive."""
     if not (np.all(np.isfinite(h_rel)) and math.isfinite(denom) and denom > 0):
         return False
     return squares_in_range(sq, lambda idx: D[idx])
@@ -391,7 +393,8 @@ def qfedavg_step(
         ε ≥ 0 (losses + ε must be positive when q > 0).
     backend : {"numpy", "numba", "cuda"}
         ``"numpy"`` is the reference; the others compute the norms and the weighted sum in one
-        pass over ``deltas`` (:func:`fairagg.kernels.weighted_sum_sq_norms`).
+        pass over ``deltas``
+        ([`fairagg.kernels.weighted_sum_sq_norms`][fairagg.kernels.weighted_sum_sq_norms]).
 
     Returns
     -------
@@ -423,7 +426,8 @@ def qfedsgd_step(
     ``static_step=True`` sets h_k = L (SPEC §2): θ^{t+1} = θ^t − lr · (1/m) Σ_k F̃_k^q ∇F_k, the
     fixed-step FedSGD on the q-FFL objective that the paper compares q-FedSGD's dynamic step
     with (its Fig. 3, "FedSGD with a best-tuned step-size"). F̃^q is not rescaled there: a
-    ValueError reports an overflow. ``backend`` as in :func:`qfedavg_step`.
+    ValueError reports an overflow. ``backend`` as in
+    [`qfedavg_step`][fairagg.rules.qffl.qfedavg_step].
     """
     qv = _check_q(q)
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
@@ -482,7 +486,8 @@ def qfedavg(
     epsilon: float = DEFAULT_EPSILON,
     backend: str = "numpy",
 ) -> Rule:
-    """q-FedAvg (q-FFL Alg. 1; SPEC §2) as a rule: :func:`qfedavg_step` on the round's reports.
+    """q-FedAvg (q-FFL Alg. 1; SPEC §2) as a rule: [`qfedavg_step`][fairagg.rules.qffl.qfedavg_step]
+    on the round's reports.
 
     Parameters
     ----------
@@ -494,7 +499,8 @@ def qfedavg(
     epsilon : float
         ε ≥ 0 added to the losses.
     backend : {"numpy", "numba", "cuda"}
-        Backend of the fused norms-and-sum reduction (:func:`qfedavg_step`).
+        Backend of the fused norms-and-sum reduction
+        ([`qfedavg_step`][fairagg.rules.qffl.qfedavg_step]).
 
     Notes
     -----
@@ -529,19 +535,20 @@ def qfedsgd(
     batch_size: int | None = None,
     backend: str = "numpy",
 ) -> Rule:
-    """q-FedSGD (q-FFL Alg. 3; SPEC §2) as a rule: :func:`qfedsgd_step` on the clients'
-    gradients ∇F_k(θ^t).
+    """q-FedSGD (q-FFL Alg. 3; SPEC §2) as a rule: [`qfedsgd_step`][fairagg.rules.qffl.qfedsgd_step]
+    on the clients' gradients ∇F_k(θ^t).
 
     Parameters
     ----------
     q, lipschitz, epsilon
-        As in :func:`qfedavg`; L defaults to 1/lr with lr the simulation's learning rate.
+        As in [`qfedavg`][fairagg.rules.qffl.qfedavg]; L defaults to 1/lr with lr the simulation's
+        learning rate.
     static_step : bool
         h_k = L: fixed-step FedSGD on the q-FFL objective (the paper's tuned-FedSGD baseline).
     batch_size : int, optional
         Gradients on one minibatch of this size per client (None: full batch, as in the paper).
     backend : {"numpy", "numba", "cuda"}
-        As in :func:`qfedavg`.
+        As in [`qfedavg`][fairagg.rules.qffl.qfedavg].
 
     Notes
     -----

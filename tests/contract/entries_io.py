@@ -90,7 +90,7 @@ def _params(draw: Any, model: Any) -> np.ndarray:
 @functools.cache
 def _history():
     """A history of three rounds on the shared dataset, recorded by hand (no compiled code)."""
-    from fairagg.simulate import History
+    from fairagg.simulation import History
 
     data = _data()
     K = data.num_clients
@@ -491,7 +491,7 @@ class _Stop(Exception):
 def _simulate(**kwargs: Any) -> Any:
     """simulate, stopped after 3 rounds by a callback: ``rounds`` may be drawn as 2^70, a valid
     count that would run for ever; the history then holds the 3 rounds completed."""
-    from fairagg.simulate import simulate
+    from fairagg.simulation import simulate
 
     def stop(history: Any) -> None:
         if history.num_rounds >= 3:
@@ -510,7 +510,7 @@ def _simulate(**kwargs: Any) -> Any:
 
 @_fails_as_assertion
 def _simulate_check(kwargs: dict[str, Any], h: Any) -> None:
-    from fairagg.simulate import History
+    from fairagg.simulation import History
 
     assert isinstance(h, History), type(h)
     T = min(kwargs["rounds"], 3) if isinstance(kwargs["rounds"], int) else None
@@ -522,7 +522,7 @@ def _simulate_check(kwargs: dict[str, Any], h: Any) -> None:
 
 
 def _history_check(kwargs: dict[str, Any], h: Any) -> None:
-    from fairagg.simulate import History
+    from fairagg.simulation import History
 
     assert isinstance(h, History) and h.status == "running" and h.num_rounds == 0
     assert h.config == dict(kwargs["config"] or {})
@@ -542,7 +542,7 @@ def _report_files() -> tuple[str, ...]:
 @functools.cache
 def _run_folder() -> Path:
     """A run folder holding a saved history of one round."""
-    from fairagg.simulate import simulate
+    from fairagg.simulation import simulate
 
     folder = Path(_scratch("run-"))
     atexit.register(shutil.rmtree, folder, True)  # the process's temporary run, not left behind
@@ -554,7 +554,7 @@ def _run_folder() -> Path:
 @functools.cache
 def _checkpoint_file() -> Path:
     """A checkpoint of a one-round run, written once per process."""
-    from fairagg.simulate import simulate
+    from fairagg.simulation import simulate
 
     folder = Path(_scratch("ckpt-"))
     atexit.register(shutil.rmtree, folder, True)
@@ -565,7 +565,7 @@ def _checkpoint_file() -> Path:
 
 
 SIMULATE = {
-    "fairagg.simulate.simulate": Entry(
+    "fairagg.simulation.simulate": Entry(
         valid=lambda draw: {
             "rule": draw(st.sampled_from(["fedavg", "qfedavg", "term"])),
             "model": _model(draw),
@@ -586,7 +586,7 @@ SIMULATE = {
         examples=1,
         subprocess=True,
     ),
-    "fairagg.simulate.CHECKPOINT_OVERHEAD": CONSTANT,
+    "fairagg.simulation.CHECKPOINT_OVERHEAD": CONSTANT,
     "fairagg.report.REPORT_FILES": CONSTANT,
     "fairagg.report.write_report": Entry(
         valid=lambda draw: {"runs": [str(_run_folder())], "out": _scratch()},
@@ -596,7 +596,7 @@ SIMULATE = {
         examples=1,
         subprocess=True,
     ),
-    "fairagg.simulate.load_checkpoint": Entry(
+    "fairagg.simulation.load_checkpoint": Entry(
         valid=lambda draw: {"checkpoint": str(_checkpoint_file())},
         check=lambda k, r: _assert(r["round"] == 1 and r["history"].num_rounds == 1, r),
         allowed=(FileNotFoundError,),
@@ -604,7 +604,7 @@ SIMULATE = {
         examples=1,
         subprocess=True,
     ),
-    "fairagg.simulate.History": Entry(
+    "fairagg.simulation.History": Entry(
         valid=lambda draw: {
             "config": {"rule": "fedavg"},
             "num_train_samples": (n := np.array([4, 5, 6])),

@@ -3,34 +3,46 @@ evaluate → history.
 
 Seeding: round t samples its clients with ``np.random.default_rng([seed, 0, t])``; client k's
 local shuffles in round t come from ``default_rng([seed, 1, t, k])`` (see
-:mod:`fairagg.local`); the initial parameters from ``model.init_params(seed)``. Runs with the same
-``seed`` and data therefore see identical client samples and shuffles whatever the rule, which is
-what ``fairagg compare`` relies on.
+[`fairagg.local`][fairagg.local]); the initial parameters from ``model.init_params(seed)``. Runs
+with the same ``seed`` and data therefore see identical client samples and shuffles whatever the
+rule, which is what ``fairagg compare`` relies on.
 
 A run that fails midway (divergence, an error in a rule, Ctrl-C) keeps what it recorded: the
-:class:`History` passed in (or ``exc.history`` on the exception that propagates) holds every
-completed round, and its ``status`` says why the run stopped.
+[`History`][fairagg.simulation.History] passed in (or ``exc.history`` on the exception that
+propagates) holds every completed round, and its ``status`` says why the run stopped.
 
 Checkpoints (``simulate(..., checkpoint=path)``) hold the complete state after a round: θ, the
 rule's state, the participation counts and the history. As every random draw of round t comes
 from ``(seed, t)``, nothing else carries over, and ``simulate(..., checkpoint=path,
 resume=True)`` continues a run (finished, interrupted or killed) to the same parameters and
-metrics, bit for bit, as a run that never stopped; only the timings differ.
+metrics, bit for bit, as a run that never stopped; only the timings differ. A checkpoint is data
+only, safe to open whoever made it: one ``.npz`` file of arrays and a JSON description, read
+with ``allow_pickle=False``, whose rule state is rebuilt only as one of fairagg's own state
+types (``fairagg._checkpoint``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._checkpoint import (
+    STATE_TYPES,
+    NotData,
+    _type_name,
+    encode,
+    known_state_types,
+    read_npz_tree,
+    write_atomically,
+    write_npz_tree,
+)
 from ._checks import as_int_array, check_choice, check_federated_data, check_int, check_real
 from .local import _check_hyper, check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
@@ -45,7 +57,9 @@ __all__ = ["CHECKPOINT_OVERHEAD", "History", "load_checkpoint", "simulate"]
 #: a round once the run has gone on for its writing time / CHECKPOINT_OVERHEAD since the last
 #: one (and always after the last round, and when the run stops on an error or Ctrl-C).
 CHECKPOINT_OVERHEAD = 0.05
-_CHECKPOINT_VERSION = 1
+_CHECKPOINT_VERSION = 2
+#: What a checkpoint says it is (the first entry of its JSON).
+_CHECKPOINT_FORMAT = "fairagg checkpoint"
 
 #: Stream tag of client sampling in ``default_rng([seed, tag, round])``.
 SAMPLING_STREAM = 0
@@ -134,8 +148,9 @@ class History:
         return len(self._rows["round"])
 
     def summary(self, which: int = -1) -> dict[str, float | None]:
-        """:func:`fairagg.metrics.fairness_summary` of the test accuracies of evaluation
-        ``which`` (the last by default), sample-weighted by the clients' test-set sizes."""
+        """[`fairagg.metrics.fairness_summary`][fairagg.metrics.fairness_summary] of the test
+        accuracies of evaluation ``which`` (the last by default), sample-weighted by the clients'
+        test-set sizes."""
         if not self._rows["test_accuracy"]:
             raise ValueError("the history holds no evaluation yet")
         return fairness_summary(self._rows["test_accuracy"][which], self.num_test_samples)
@@ -153,33 +168,54 @@ class History:
 
     # --- persistence --------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the history to ``path`` (``.npz``; the config and status as JSON inside)."""
+        """Write the history to ``path`` (``.npz``, added to a name without it): arrays without
+        pickles, the config and status as JSON inside. The file is written beside ``path`` and
+        renamed over it, so an interruption leaves the old file or the new one, never a part.
+        Returns the path written."""
         path = Path(path)
+        if path.suffix != ".npz":  # as np.savez names it
+            path = path.with_name(path.name + ".npz")
         arrays = {k: getattr(self, k) for k in _ROUND_FIELDS + _EVAL_FIELDS}
         meta = json.dumps({"config": self.config, "status": self.status})
-        extra = {}
         for key in ("num_train_samples", "num_test_samples", "final_params"):
             val = getattr(self, key)
             if val is not None:
-                extra[key] = val
-        np.savez(path, _meta=np.array(meta), **arrays, **extra)
+                arrays[key] = np.asarray(val)
+        for key, val in arrays.items():
+            if val.dtype.hasobject:
+                raise TypeError(f"history: {key} holds Python objects; a history holds numbers")
+        write_atomically(path, lambda fh: np.savez(fh, _meta=np.array(meta), **arrays))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> History:
-        """Read a history written by :meth:`save`."""
-        with np.load(Path(path), allow_pickle=False) as z:
-            meta = json.loads(str(z["_meta"]))
-            h = cls(
-                meta["config"],
-                z["num_train_samples"] if "num_train_samples" in z else None,
-                z["num_test_samples"] if "num_test_samples" in z else None,
-            )
-            h.status = meta["status"]
-            for key in _ROUND_FIELDS + _EVAL_FIELDS:
-                h._rows[key] = list(z[key])
-            if "final_params" in z:
-                h.final_params = z["final_params"]
+        """Read a history written by [`save`][fairagg.simulation.History.save]. Nothing is
+        unpickled: a file that is no such history (a pickle, an object array, another ``.npz``) is a
+        ``ValueError``."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"history: no such file: {path}")
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"history: {path} is not a fairagg history ({exc})") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(f"history: {path} is not a fairagg history (not an .npz file)")
+        with z:
+            try:
+                meta = json.loads(str(z["_meta"]))
+                h = cls(
+                    meta["config"],
+                    z["num_train_samples"] if "num_train_samples" in z else None,
+                    z["num_test_samples"] if "num_test_samples" in z else None,
+                )
+                h.status = str(meta["status"])
+                for key in _ROUND_FIELDS + _EVAL_FIELDS:
+                    h._rows[key] = list(z[key])
+                if "final_params" in z:
+                    h.final_params = z["final_params"]
+            except (KeyError, TypeError, ValueError, zipfile.BadZipFile, OSError) as exc:
+                raise ValueError(f"history: {path} is not a fairagg history ({exc})") from None
         return h
 
 
@@ -224,6 +260,7 @@ def _history_state(h: History, rounds: int) -> dict[str, Any]:
     """The history's content after ``rounds`` rounds (a round in progress is left out)."""
     rows = {k: list(h._rows[k][:rounds]) for k in _ROUND_FIELDS}
     n_eval = sum(int(r) <= rounds for r in h._rows["eval_round"])
+    n_eval = min(n_eval, *(len(h._rows[k]) for k in _EVAL_FIELDS))  # an evaluation half recorded
     rows.update({k: list(h._rows[k][:n_eval]) for k in _EVAL_FIELDS})
     return {
         "config": dict(h.config),
@@ -235,19 +272,30 @@ def _history_state(h: History, rounds: int) -> dict[str, Any]:
     }
 
 
-def _write_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically: a temporary file in the same folder, flushed to disk, then renamed
-    over ``path``, so a crash at any moment leaves the old checkpoint or the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _stacked(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """A field's rows as one array where they stack (the same shape and dtype), else the list."""
+    if rows and all(r.shape == rows[0].shape and r.dtype == rows[0].dtype for r in rows):
+        return np.stack(rows)
+    return rows
+
+
+def _unstacked(value: Any, key: str) -> list[np.ndarray]:
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return [np.array(r) for r in value]
+    if isinstance(value, list) and all(isinstance(r, np.ndarray) for r in value):
+        return value
+    raise ValueError(f"its history's {key} is not a list of rows")
+
+
+def _write_checkpoint(
+    path: Path, payload: dict[str, Any], types: dict[str, type] | None = None
+) -> None:
+    """Write ``payload`` (``_Run.checkpoint``) to ``path`` as data only (arrays in an
+    ``.npz``, the rest as JSON inside it), atomically: a crash at any moment leaves the old
+    checkpoint or the new one."""
+    hs = payload["history"]
+    history = {**hs, "rows": {k: _stacked(v) for k, v in hs["rows"].items()}}
+    write_npz_tree(path, {"format": _CHECKPOINT_FORMAT, **payload, "history": history}, types)
 
 
 def _checkpoint_path(checkpoint: Any) -> Path:
@@ -260,29 +308,88 @@ def _checkpoint_path(checkpoint: Any) -> Path:
     return Path(checkpoint)
 
 
-def load_checkpoint(checkpoint: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`simulate` (``checkpoint=``): a dict with
-    ``round`` (the rounds completed), ``config``, ``params``, ``state``, ``counts`` and
-    ``history`` (a :class:`History`). Checkpoints are pickles: load only your own."""
+def load_checkpoint(checkpoint: str | Path, *, state_types: Sequence[type] = ()) -> dict[str, Any]:
+    """Read a checkpoint written by [`simulate`][fairagg.simulation.simulate] (``checkpoint=``): a
+    dict with ``round`` (the rounds completed), ``config``, ``params``, ``state``, ``counts`` and
+    ``history`` (a [`History`][fairagg.simulation.History]).
+
+    A checkpoint is data only, and reading one runs no code whoever made it: its arrays are
+    read with ``np.load(..., allow_pickle=False)``, everything else is JSON, and the rule's
+    state is rebuilt only as one of fairagg's own state types or of ``state_types``.
+
+    Parameters
+    ----------
+    checkpoint : str or Path
+        The file.
+    state_types : sequence of NamedTuple classes, optional
+        The NamedTuple types of your own rule's state (fairagg's own are always known):
+        [`simulate`][fairagg.simulation.simulate] passes those of the state its rule's ``init``
+        returns. A type is rebuilt from field values only; nothing is imported by name.
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no such file.
+    ValueError
+        When the file is not a checkpoint of this fairagg: a pickle (older versions wrote
+        pickles; they are never unpickled), an object array, another type of state, or a file
+        damaged or made by something else. The message says which.
+    """
     path = _checkpoint_path(checkpoint)
+    extra = tuple(state_types)
+    bad = [t for t in extra if not (isinstance(t, type) and hasattr(t, "_fields"))]
+    if bad:
+        raise TypeError(f"state_types must be NamedTuple classes; got {bad[0]!r}")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint: no such file: {path}")
-    with open(path, "rb") as fh:
-        try:
-            payload = pickle.load(fh)
-        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
-            raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint ({exc})") from None
-    if not isinstance(payload, dict) or payload.get("version") != _CHECKPOINT_VERSION:
-        raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint of this version")
-    hs = payload["history"]
-    h = History(hs["config"], hs["num_train_samples"], hs["num_test_samples"])
-    h._rows = {k: list(v) for k, v in hs["rows"].items()}
-    h.final_params, h.status = hs["final_params"], hs["status"]
+    try:
+        payload = read_npz_tree(path, {**STATE_TYPES, **{_type_name(t): t for t in extra}})
+        if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
+            raise ValueError("it does not say it is one")
+        if payload.get("version") != _CHECKPOINT_VERSION:
+            raise ValueError(
+                f"it is of version {payload.get('version')!r}, not {_CHECKPOINT_VERSION}"
+            )
+        hs = payload["history"]
+        if not isinstance(hs, dict) or not isinstance(hs.get("rows"), dict):
+            raise ValueError("its history is not a dict of rows")
+        if set(hs["rows"]) != set(_ROUND_FIELDS + _EVAL_FIELDS):
+            raise ValueError("its history's fields are not a History's")
+        h = History(hs["config"], hs["num_train_samples"], hs["num_test_samples"])
+        h._rows = {k: _unstacked(hs["rows"][k], k) for k in _ROUND_FIELDS + _EVAL_FIELDS}
+        h.final_params, h.status = hs["final_params"], str(hs["status"])
+        done = payload["round"]
+        if type(done) is not int or done != len(h._rows["round"]):
+            raise ValueError("its round is not the number of rounds its history holds")
+        for key in ("params", "counts"):
+            if not isinstance(payload[key], np.ndarray) or payload[key].ndim != 1:
+                raise ValueError(f"its {key} is not a 1-D array")
+        if not isinstance(payload["config"], dict):
+            raise ValueError("its config is not a dict")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint ({exc})") from None
+    payload.pop("format")
     return {**payload, "history": h}
 
 
 #: Configuration entries a resumed run may change: the number of rounds only.
 _RESUMABLE = frozenset({"rounds"})
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal settings: arrays element by element, containers item by item, NaN equal to NaN."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if np.shape(a) != np.shape(b):
+            return False
+        try:
+            return bool(np.array_equal(a, b, equal_nan=True))
+        except TypeError:  # no NaN in strings
+            return bool(np.array_equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b) or (a != a and b != b)  # noqa: PLR0124 - NaN
 
 
 def simulate(
@@ -321,15 +428,17 @@ def simulate(
     clients_per_round : int
         m in [1, K] clients sampled each round without replacement.
     epochs, batch_size, lr, momentum, prox_mu
-        Local training (see :func:`fairagg.local.train_clients`). ``momentum=None`` (the
-        default) takes the client momentum the rule prescribes (``rule.local.momentum``:
-        FedFa's), or 0; a value that contradicts the rule's raises ``ValueError``. What the
-        clients compute is
-        the rule's :class:`~fairagg.types.LocalSpec`: local training (on PropFair's surrogate
+        Local training (see [`fairagg.local.train_clients`][fairagg.local.train_clients]).
+        ``momentum=None`` (the default) takes the client momentum the rule prescribes
+        (``rule.local.momentum``: FedFa's), or 0; a value that contradicts the rule's raises
+        ``ValueError``. What the clients compute is
+        the rule's [`LocalSpec`][fairagg.types.LocalSpec]: local training (on PropFair's surrogate
         for ``propfair``), or, for the SGD-type rules (``qfedsgd``, ``afl``), one gradient per
-        client (:func:`fairagg.local.client_gradients`), for which these settings are unused.
+        client ([`fairagg.local.client_gradients`][fairagg.local.client_gradients]), for which these
+        settings are unused.
     sampling : {"uniform", "proportional"}
-        Uniform, or ∝ n_k (see :func:`fairagg.sampling.sample_clients`).
+        Uniform, or ∝ n_k (see
+        [`fairagg.sampling.sample_clients`][fairagg.sampling.sample_clients]).
     seed : int
         Seeds sampling, shuffles and the initial parameters.
     eval_every : int
@@ -347,8 +456,8 @@ def simulate(
         Train the selected clients in parallel threads.
     checkpoint : str or Path, optional
         A file to keep the run's complete state in (written atomically after a round, at most
-        :data:`CHECKPOINT_OVERHEAD` of the run's time, after the last round and when the run
-        stops on an error or Ctrl-C).
+        [`CHECKPOINT_OVERHEAD`][fairagg.simulation.CHECKPOINT_OVERHEAD] of the run's time, after the
+        last round and when the run stops on an error or Ctrl-C).
     resume : bool
         Continue from ``checkpoint`` if it exists (a run finished, interrupted or killed),
         possibly to more ``rounds``: the result equals, bit for bit, a run of ``rounds``
@@ -438,8 +547,11 @@ def simulate(
         train={"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
                "prox_mu": prox_mu, "parallel": parallel, "propfair": propfair},
     )  # fmt: skip
+    # the rule's own NamedTuple state types (a user's rule may have its own) are what a
+    # checkpoint may rebuild besides fairagg's: found in the state init makes in this process
+    types = known_state_types(rule.init(theta, run.K)) if ckpt_path is not None else None
     if resume and ckpt_path.exists():
-        run.restore(load_checkpoint(ckpt_path))
+        run.restore(load_checkpoint(ckpt_path, state_types=tuple((types or {}).values())))
     else:
         run.begin(theta)
     history.config.update(config)
@@ -447,21 +559,36 @@ def simulate(
 
     def save() -> float:
         t0 = time.perf_counter()
-        _write_checkpoint(ckpt_path, run.checkpoint())
+        _write_checkpoint(ckpt_path, run.checkpoint(), types)
         return time.perf_counter() - t0
 
+    if ckpt_path is not None:  # a state a checkpoint cannot hold fails now, not after a round
+        try:
+            encode(run.state, {}, "state", types)
+        except NotData as exc:
+            raise TypeError(
+                f"checkpoint: rule {rule.name!r}'s {exc}; a checkpoint is data only (no pickles)"
+                " and holds arrays, numbers, strings, lists, tuples, dicts with str keys and "
+                "NamedTuples of these: give the rule such a state, or run it without checkpoint="
+            ) from None
     cost, last_save = 0.0, time.perf_counter()
-    if ckpt_path is not None and run.done == 0:
-        cost = save()
-        last_save = time.perf_counter()
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=T, initial=run.done, desc=rule.name, unit="round", leave=True)
     try:
+        if ckpt_path is not None and run.done == 0:
+            cost = save()
+            last_save = time.perf_counter()
         for t in range(run.done, T):
             run.round(t)  # sample, train, report, aggregate, record
+            if bar is not None:
+                bar.update(1)
+                acc = history.latest("test_accuracy") @ n_test / n_test.sum()
+                bar.set_postfix(acc=f"{100.0 * acc:.1f}%", refresh=False)
+            if callback is not None:  # before the checkpoint that says the round exists
+                callback(history)
             if (
                 ckpt_path is not None
                 and run.done < T  # the last round's is written below, with the status
@@ -469,13 +596,13 @@ def simulate(
             ):
                 cost = save()
                 last_save = time.perf_counter()
-            if bar is not None:
-                bar.update(1)
-                acc = history.latest("test_accuracy") @ n_test / n_test.sum()
-                bar.set_postfix(acc=f"{100.0 * acc:.1f}%", refresh=False)
-            if callback is not None:
-                callback(history)
+        history.status = "completed"
+        if ckpt_path is not None:
+            save()
     except BaseException as exc:
+        # the history and the checkpoint hold the same rounds: those completed (a round
+        # recorded in part when the run stopped is left out)
+        run.truncate_history()
         history.status = f"stopped: {type(exc).__name__}: {exc}"
         if ckpt_path is not None:
             try:  # the state of the last completed round
@@ -490,9 +617,6 @@ def simulate(
     finally:
         if bar is not None:
             bar.close()
-    history.status = "completed"
-    if ckpt_path is not None:
-        save()
     return history
 
 
@@ -525,7 +649,7 @@ class _Run:
         changed = sorted(
             k
             for k in set(self.config) | set(saved["config"])
-            if k not in _RESUMABLE and saved["config"].get(k) != self.config.get(k)
+            if k not in _RESUMABLE and not _same(saved["config"].get(k), self.config.get(k))
         )
         if changed:
             raise ValueError(
@@ -551,6 +675,13 @@ class _Run:
         self.history._rows, self.history.status = old._rows, "running"
         self.reported = self.history.final_params = old.final_params
         self.deltas = np.empty((self.m, self.params.size), dtype=self.params.dtype)
+
+    def truncate_history(self) -> None:
+        """Cut the history back to the rounds completed (a round recorded in part when the run
+        stopped is left out), as the checkpoint holds it."""
+        kept = _history_state(self.history, self.done)["rows"]
+        self.history._rows = kept
+        self.history.final_params = self.reported
 
     def checkpoint(self) -> dict[str, Any]:
         return {
