@@ -741,12 +741,21 @@ def _read_config(path: Path, what: str) -> dict[str, Any]:
     """The JSON object of a run's config.json at ``path`` (given by the flag ``what``)."""
     if not path.is_file():
         raise ValueError(f"{what}: no such file: {path}")
+    config = _json_object(path, what, "a fairagg config.json")
+    if "rule" not in config:
+        raise ValueError(f"{what}: {path} is not a fairagg run's config.json")
+    return config
+
+
+def _json_object(path: Path, what: str, kind: str) -> dict[str, Any]:
+    """The JSON object in the file ``path`` (given by the flag ``what``), or a ValueError that
+    says it is not ``kind``."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{what}: {path} is not a fairagg config.json ({exc})") from None
-    if not isinstance(config, dict) or "rule" not in config:
-        raise ValueError(f"{what}: {path} is not a fairagg run's config.json")
+        raise ValueError(f"{what}: {path} is not {kind} ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{what}: {path} is not {kind} (not a JSON object)")
     return config
 
 
@@ -1024,11 +1033,8 @@ def _stored_compare_args(folder: Path) -> argparse.Namespace:
     path = folder / "config.json"
     if not path.is_file():
         raise ValueError(f"--resume: {folder} holds no comparison (no config.json)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--resume: {path} is not a comparison's config.json ({exc})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("rules"), list):
+    config = _json_object(path, "--resume", "a comparison's config.json")
+    if not isinstance(config.get("rules"), list):
         raise ValueError(f"--resume: {path} is not a comparison's config.json (no rules)")
     argv = []
     for key, value in config.items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import re
 import warnings
@@ -15,6 +14,7 @@ from fairagg import History
 from fairagg.cli import main
 from fairagg.plots import plot_acf
 from fairagg.report import REPORT_FILES, write_report
+from tests.test_compare_resume import _count_rounds
 
 SMALL = ["--clients", "6", "--rounds", "3", "--epochs", "1", "--model", "logistic", "--quiet",
          "--data", "synthetic:0.5,0.5", "--clients-per-round", "3"]  # fmt: skip
@@ -108,26 +108,11 @@ def test_the_cli_writes_the_report(runs, tmp_path, capsys):
 # ------------------------------------------------------- runs that stopped, folders kept, plots
 
 
-def _interrupt_at_round(monkeypatch, call: int) -> None:
-    """Ctrl-C at the start of the ``call``-th round simulated from now on (1-based), wherever
-    it falls: each round samples its clients once, first."""
-    sim = importlib.import_module("fairagg.simulation")
-    sample, calls = sim.sample_clients, []
-
-    def interrupting(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return sample(*args, **kwargs)
-
-    monkeypatch.setattr(sim, "sample_clients", interrupting)
-
-
 def test_a_stopped_run_is_reported_as_stopped_never_as_final(tmp_path, capsys, monkeypatch):
     argv = [*SMALL, "--rounds", "4"]
     stopped, done = tmp_path / "stopped", tmp_path / "done"
     with monkeypatch.context() as m:
-        _interrupt_at_round(m, 3)  # rounds 1 and 2 complete, round 3 is interrupted
+        _count_rounds(m, interrupt_at=3)  # rounds 1 and 2 complete, round 3 is interrupted
         assert main(["run", *argv, "--out", str(stopped)]) == 130
     assert main(["run", *argv, "--seed", "1", "--out", str(done)]) == 0
     # the run's own summary.json says what happened, and so does a completed run's
