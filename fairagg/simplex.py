@@ -286,7 +286,7 @@ def project_box_simplex(
 # --------------------------------------------------------------------------------------------
 
 
-_NO_L = np.empty((0, 0))  # the semidefinite path keeps no Cholesky factor
+_NO_L = np.empty((0, 0))  # the bordered-LU (semidefinite) path keeps no Cholesky factor
 
 
 class QPResult(NamedTuple):
@@ -314,32 +314,6 @@ class QPResult(NamedTuple):
     active_upper: np.ndarray
     iterations: int
     kkt_residual: float
-
-
-@numba.njit(cache=True)
-def _tri_solve_lower(L, r):  # pragma: no cover - compiled
-    """Solve L y = r for lower-triangular L."""
-    n = r.shape[0]
-    y = np.empty(n)
-    for i in range(n):
-        acc = r[i]
-        for k in range(i):
-            acc -= L[i, k] * y[k]
-        y[i] = acc / L[i, i]
-    return y
-
-
-@numba.njit(cache=True)
-def _tri_solve_upper_t(L, r):  # pragma: no cover - compiled
-    """Solve Lᵀ y = r for lower-triangular L."""
-    n = r.shape[0]
-    y = np.empty(n)
-    for i in range(n - 1, -1, -1):
-        acc = r[i]
-        for k in range(i + 1, n):
-            acc -= L[k, i] * y[k]
-        y[i] = acc / L[i, i]
-    return y
 
 
 # Reassociation only (no finite-math assumptions): lets the compiler vectorise the dot products
@@ -1241,13 +1215,26 @@ def min_norm_weights(
 ) -> QPResult:
     """Exact argmin_{λ in the box-simplex} λᵀGλ for a positive semidefinite Gram matrix G.
 
-    Gram matrices are often singular (more vectors than dimensions, parallel or repeated vectors),
-    so the method starts from the best vertex and adds one coordinate at a time, as Wolfe's
-    min-norm-point algorithm does (Wolfe 1976): a coordinate joins the free set only if it lowers
-    the objective, hence the free vectors stay affinely independent and every free-set system is
-    non-singular. A coordinate whose system is singular to working precision is held at its bound
-    (it cannot lower the objective). Same active-set method as
-    [`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp], b = 0.
+    The active-set method of [`solve_simplex_qp`][fairagg.simplex.solve_simplex_qp] on
+    G + c11ᵀ, c = max G_kk: on Σλ = 1 its quadratic form is λᵀGλ + c (the same minimisers), and it
+    is the Gram matrix of the vectors each extended by one coordinate √c, positive definite on a
+    free set exactly when the free vectors are affinely independent. The Cholesky factor of the
+    free block is updated as coordinates join or leave it, O(m²) per iteration and O(m³)
+    overall. Where all of G + c11ᵀ factorises (m affinely independent vectors, as m ≤ d client
+    updates usually are), the start is the minimiser over the affine hull projected onto the
+    box-simplex (one iteration when the minimum is inside); otherwise (more vectors than
+    dimensions, parallel or repeated vectors) the best vertex, adding one coordinate at a time as
+    Wolfe's min-norm-point algorithm does (Wolfe 1976): a coordinate joins the free set only if it
+    lowers the objective, hence the free vectors stay affinely independent. A coordinate whose
+    system is singular to working precision is held at its bound (it cannot lower the objective).
+    The answer gets one step of iterative refinement with G itself (adding c rounds G's entries to
+    the scale of c), and ν and the KKT residual are G's. A solve whose free block is singular to
+    working precision, or whose KKT residual on G is above 1e-10, is redone from the best vertex
+    with a bordered LU solve on each free set (O(m³) per iteration; degenerate problems only).
+
+    FedMGDA+'s Gram matrix of m = 1000 normalised updates (d = 10⁴) is solved 6-82× faster than
+    cvxpy+CLARABEL on the same matrix, 25-155× at m = 100-300 (one thread, a busy 2-core host;
+    ``validate/bench_simplex_qp.py``), with KKT residuals ≤ 2e-15.
 
     Parameters
     ----------
@@ -1271,25 +1258,57 @@ def min_norm_weights(
         raise ValueError("gram must be positive semidefinite; it has a negative diagonal entry")
     lo, hi = check_box(lower, upper, m, 1.0)
     it = 20 * m + 100 if max_iter is None else check_int(max_iter, "max_iter", low=1)
-    x = _greedy_vertex(G, lo, hi, 1.0)
-    out = _qp(
-        G,
-        np.zeros(m),
-        gmax,
-        lo,
-        hi,
-        1.0,
-        x,
-        2,
-        False,
-        False,
-        it,
-        _NO_L,
-        np.empty(m, np.int64),
-        -1,
-        0,
-    )
+    zeros = np.zeros(m)
+    # G + c11ᵀ (c = max G_kk) is the Gram matrix of the vectors each extended by one coordinate
+    # √c: on Σλ = 1 its quadratic form is λᵀGλ + c, so it has the same minimisers, and it is
+    # positive definite exactly where the vectors are affinely independent, which Wolfe's method
+    # keeps the free ones. Its Cholesky factor of the free block is then updated as coordinates
+    # join or leave (O(m²) each) instead of a bordered LU per iteration (O(m³) each).
+    Gc = G + gmax
+    L, order = np.empty((m, m)), np.empty(m, np.int64)
+    # Cold start where the whole of G + c11ᵀ factorises (the vectors affinely independent, as
+    # m ≤ d updates usually are): the affine-hull minimiser projected onto the box-simplex.
+    out = _qp(Gc, zeros, 2.0 * gmax, lo, hi, 1.0, zeros, 0, True, False, it, L, order, -1, 0)
+    if out[4] == 3:  # affinely dependent: Wolfe's start, the best vertex
+        x = _greedy_vertex(G, lo, hi, 1.0)
+        out = _qp(Gc, zeros, 2.0 * gmax, lo, hi, 1.0, x, 2, True, False, it, L, order, -1, 0)
+    if out[4] == 0:
+        # ν and the KKT residual of G itself: G + c11ᵀ's ν is ν + c, whose subtraction would
+        # round ν (= λᵀGλ on the plain simplex) to the scale of c.
+        x, state = _refined(G, Gc, out[0], out[1], lo, hi, L, order, out[6])
+        g = G @ x
+        nu = float(np.mean(g[state == _FREE]))
+        res = _kkt_residual(G, zeros, x, state, nu, lo, hi, 1.0, gmax * _absmax(x))
+        out = (x, state, nu, out[3], 0, res)
+    if out[4] != 0 or not out[5] <= _FALLBACK_RESIDUAL:
+        # A free block too close to singular for the factor's updates: the bordered LU solve on
+        # each free set, from the best vertex (O(m³) per iteration).
+        x = _greedy_vertex(G, lo, hi, 1.0)
+        out = _qp(G, zeros, gmax, lo, hi, 1.0, x, 2, False, False, it, _NO_L, order, -1, 0)
     return _unscaled(_checked_result(_result(out, it, "gram"), lo, hi, 1.0), e)
+
+
+def _refined(G, Gc, x, state, lo, hi, L, order, nf):
+    """x after one step of iterative refinement on its free set F = order[:nf]: the residual of
+    stationarity computed with G itself, the correction δ (Σδ = 0) solved with the factor of
+    (G + c11ᵀ)_FF, which acts on {Σδ = 0} as G_FF does. It recovers the digits of G that
+    adding c rounded away (for v and −3v the squared min norm is 0.0 with it, 1.07e-30 without).
+    Kept only if x + δ stays in the box."""
+    if nf < 2:
+        return x, state
+    g = G @ x
+    delta, _ = _chol_kkt(Gc, g, np.zeros_like(x), state, order, nf, L, 0.0)
+    F = order[:nf]
+    xf = x[F] + delta
+    if np.all(np.isfinite(xf)) and np.all(xf >= lo[F]) and np.all(xf <= hi[F]):
+        x = x.copy()
+        x[F] = xf
+    return x, state
+
+
+# A min-norm solve on G + c11ᵀ whose KKT residual on G exceeds this is redone by the bordered LU
+# path (the exact solves' residuals are round-off, ~1e-16 relative).
+_FALLBACK_RESIDUAL = 1e-10
 
 
 def min_norm_point(
@@ -1299,7 +1318,7 @@ def min_norm_point(
 
     min_{λ} ‖Σ_k λ_k v_k‖² over the box-simplex; see
     [`min_norm_weights`][fairagg.simplex.min_norm_weights]. The Gram matrix is one GEMM (O(m² d));
-    the QP is O(m³) per iteration.
+    the QP is O(m³) overall on affinely independent vectors.
 
     Parameters
     ----------

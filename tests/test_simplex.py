@@ -1495,6 +1495,9 @@ def test_a_projection_onto_a_vertex_puts_exactly_total_there():
     np.testing.assert_array_equal(project_simplex([0.8, 0.2], 0.6), [0.6, 0.0])
 
 
+PLANE4 = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 2.0]])
+
+
 @pytest.mark.parametrize(
     ("call", "exc", "message"),
     [
@@ -1579,8 +1582,9 @@ def test_a_projection_onto_a_vertex_puts_exactly_total_there():
             r"^gram must be positive semidefinite; it has a negative diagonal entry$",
         ),
         (
-            # e_0 is the start (the shortest vector); the minimum [1/2, 1/2] takes a second step
-            lambda: min_norm_weights(np.eye(2), max_iter=1),
+            # four vectors of the plane are affinely dependent: the start is e_0 (the first
+            # shortest vector); the minimum [1/2, 1/2, 0, 0] takes a second step
+            lambda: min_norm_weights(PLANE4 @ PLANE4.T, max_iter=1),
             RuntimeError,
             r"^the active-set method did not terminate in max_iter = 1 iterations ",
         ),
@@ -1674,6 +1678,50 @@ def test_min_norm_point_computes_in_float64_whatever_the_dtype_of_the_vectors():
     assert res.weights.dtype == res.point.dtype == np.float64
     assert_close(res.weights, want.weights)
     assert_close(res.point, want.point)
+
+
+def _client_gram(m, d, shared, rng):
+    """⟨ĝ_i, ĝ_j⟩ of m updates shared·u + σ_k z_k (FedMGDA+'s normalised Gram matrix)."""
+    D = shared * rng.standard_normal(d) + rng.standard_normal((m, d)) * rng.uniform(0.5, 3, (m, 1))
+    G = D @ D.T
+    inv = 1.0 / np.sqrt(np.diag(G))
+    return G * inv[:, None] * inv[None, :]
+
+
+def test_min_norm_weights_starts_at_the_affine_hull_minimiser():
+    # Affinely independent vectors (m ≤ d) whose min-norm point lies inside the hull: the start is
+    # the minimiser over the affine hull itself, so one iteration ends the method (started at a
+    # vertex, Wolfe's method adds one free coordinate per iteration: m iterations, each a solve).
+    rng = np.random.default_rng(38)
+    for m in (2, 10, 80):
+        Q = np.linalg.qr(rng.standard_normal((4 * m, m)))[0].T  # orthonormal rows
+        D = Q + 0.1 * rng.standard_normal(Q.shape) / np.sqrt(4 * m)  # nearly orthogonal
+        G = D @ D.T
+        res = min_norm_weights(G)
+        assert not res.active_lower.any() and res.iterations == 1
+        assert res.kkt_residual <= 64 * EPS
+        # the interior minimiser: Gλ = ν1 with Σλ = 1
+        w = np.linalg.solve(G, np.ones(m))
+        np.testing.assert_allclose(res.x, w / w.sum(), rtol=0, atol=1e-12)
+        assert_close(res.multiplier, 1.0 / w.sum())
+
+
+@pytest.mark.parametrize("box", [False, True])
+def test_min_norm_weights_of_a_larger_fedmgda_problem_is_cvxpy_s(box):
+    # m = 150 updates in d = 600 sharing a direction: about half the weights are free. From a
+    # vertex the method needs at least one iteration per free weight; the start from the affine
+    # hull's minimiser needs fewer. The answer is cvxpy's, with a round-off KKT residual.
+    rng = np.random.default_rng(3801)
+    m = 150
+    G = _client_gram(m, 600, 0.3, rng)
+    lo, hi = (np.zeros(m), np.full(m, 0.1)) if box else (0.0, np.inf)
+    res = min_norm_weights(G, lower=lo, upper=hi)
+    free = int(m - res.active_lower.sum() - res.active_upper.sum())
+    assert 10 < free < m and res.iterations < free
+    assert res.kkt_residual <= 64 * EPS
+    ref = oracle(oracles.simplex_qp, G, np.zeros(m), lo, hi, agrees=close_to(res.x, 1e-7))
+    np.testing.assert_allclose(res.x, ref.x, rtol=0, atol=1e-7)
+    assert float(res.x @ G @ res.x) <= float(ref.x @ G @ ref.x) + 1e-12
 
 
 def test_min_norm_weights_ties_go_to_the_first_shortest_vector():

@@ -16,14 +16,25 @@ What it shows: for K clients, an AAgFF-S quadratic-FTRL problem after t = min(2K
 as time ratios cvxpy / ours, and the largest |Δp| between our answers and cvxpy's. Target (issue
 3): the exact AAgFF-S step at least 100× faster at K = 100 with |Δp| ≤ 1e-9.
 
+Second part, FedMGDA+'s weights (issue 38): m client updates of dimension d = 10⁴ (a shared
+direction plus client noise of client-dependent size: ``--spread 0`` makes them nearly orthogonal,
+every weight free), normalised as ``fedmgda_weights`` normalises them, and the time of
+``fairagg.simplex.min_norm_weights`` on their Gram matrix (plain simplex, and FedMGDA+'s ε-box
+with ε = 0.1 around uniform λ0) against ``fairagg.oracles.simplex_qp`` with
+``solver="CLARABEL"`` on the same Gram matrix, as the ratio cvxpy / ours, with our iterations,
+KKT residual and the largest |Δλ|. Target: ≥ 2× at m = 1000 and > 1× at m = 100, 300. Each is
+timed as the median of ``--mgda-repeats`` calls (one thread; the Gram GEMM is not counted).
+
 Timing, one thread: rounds interleave the callables (so slow phases of a shared machine hit all of
 them), each running a block of consecutive calls. The ratios are steady-state: medians over the
 calls of each block after its first. The first call after switching from another callable pays
 for caches and branch predictors the other left cold (after a cvxpy solve ours is 1.5-3× slower
 for a call or two); that median is reported as well (``*_first``), for both sides.
 
-Run: ``python validate/bench_simplex_qp.py [--out DIR] [--repeats R]``; writes
-``DIR/bench_simplex_qp.{csv,json}`` (default ``runs/bench``).
+Run: ``python validate/bench_simplex_qp.py [--out DIR] [--repeats R] [--sizes K,...]
+[--mgda-sizes M,...]`` (an empty list skips that part); writes
+``DIR/bench_simplex_qp.{csv,json}`` and ``DIR/bench_min_norm.{csv,json}`` (default
+``runs/bench``).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import argparse
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +61,12 @@ from fairagg.online import (  # noqa: E402
     quadratic_ftrl_step,
     quadratic_ftrl_update,
 )
-from fairagg.simplex import solve_simplex_qp  # noqa: E402
+from fairagg.simplex import min_norm_weights, solve_simplex_qp  # noqa: E402
 
 SIZES = (10, 100, 1000)
+MGDA_SIZES = (100, 300, 1000)
+MGDA_DIM = 10_000
+MGDA_EPSILON = 0.1
 
 
 def build_problem(K: int, rng: np.random.Generator):
@@ -104,16 +119,87 @@ def measure(K: int, repeats: int, rng: np.random.Generator) -> dict:
     return row
 
 
+def normalised_gram(m: int, d: int, spread: float, rng: np.random.Generator) -> np.ndarray:
+    """⟨ĝ_i, ĝ_j⟩ for m updates δ_k = spread·u + σ_k z_k (u, z_k standard normal / √d, σ_k
+    uniform in [0.5, 3]), as ``fedmgda_weights`` forms it."""
+    shared = spread * rng.standard_normal(d) / np.sqrt(d)
+    D = shared + rng.standard_normal((m, d)) / np.sqrt(d) * rng.uniform(0.5, 3.0, (m, 1))
+    G = D @ D.T
+    inv = 1.0 / np.sqrt(np.diag(G))
+    return G * inv[:, None] * inv[None, :]
+
+
+def _median_time(fn, repeats: int) -> float:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def measure_min_norm(m: int, spread: float, box: bool, repeats: int, rng) -> dict:
+    G = normalised_gram(m, MGDA_DIM, spread, rng)
+    lam0 = np.full(m, 1.0 / m)
+    lo, hi = (
+        (np.maximum(0.0, lam0 - MGDA_EPSILON), np.minimum(1.0, lam0 + MGDA_EPSILON))
+        if box
+        else (0.0, np.inf)
+    )
+    ours = min_norm_weights(G, lower=lo, upper=hi)
+    ref = oracles.simplex_qp(G, np.zeros(m), lo, hi, solver="CLARABEL")
+    t_ours = _median_time(lambda: min_norm_weights(G, lower=lo, upper=hi), repeats)
+    t_cvx = _median_time(
+        lambda: oracles.simplex_qp(G, np.zeros(m), lo, hi, solver="CLARABEL"), max(1, repeats // 3)
+    )
+    free = int(m - ours.active_lower.sum() - ours.active_upper.sum())
+    return {
+        "m": m,
+        "d": MGDA_DIM,
+        "spread": spread,
+        "box": "eps-box" if box else "simplex",
+        "free": free,
+        "iterations": ours.iterations,
+        "t_ours_s": t_ours,
+        "t_cvxpy_clarabel_s": t_cvx,
+        "ratio": t_cvx / t_ours,
+        "kkt_residual": ours.kkt_residual,
+        "max_abs_dlambda": float(np.max(np.abs(ours.x - ref.x))),
+        "value_ours_minus_cvxpy": float(ours.x @ G @ ours.x - ref.x @ G @ ref.x),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--sizes", type=str, default=",".join(map(str, SIZES)))
+    ap.add_argument("--mgda-sizes", type=str, default=",".join(map(str, MGDA_SIZES)))
+    ap.add_argument("--mgda-repeats", type=int, default=5)
+    ap.add_argument("--spread", type=str, default="0,0.3", help="shared-direction sizes")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     rows = []
+    meta = {"machine": platform.processor() or platform.machine(), "repeats": args.repeats}
     with threads(1):
-        for K in (int(v) for v in args.sizes.split(",")):
+        mgda = []
+        for m in (int(v) for v in args.mgda_sizes.split(",") if v):
+            for spread in (float(v) for v in args.spread.split(",")):
+                for box in (False, True):
+                    row = measure_min_norm(m, spread, box, args.mgda_repeats, rng)
+                    mgda.append(row)
+                    print(
+                        f"min-norm m={m:5d} d={MGDA_DIM} spread {spread:3.1f} {row['box']:7s} "
+                        f"free {row['free']:4d} ({row['iterations']} it)  "
+                        f"ours {row['t_ours_s'] * 1e3:8.1f} ms  cvxpy+CLARABEL "
+                        f"{row['t_cvxpy_clarabel_s'] * 1e3:8.1f} ms  ratio {row['ratio']:5.1f}×  "
+                        f"KKT {row['kkt_residual']:.1e}  max|Δλ| {row['max_abs_dlambda']:.1e}",
+                        flush=True,
+                    )
+        if mgda:
+            write_results(args.out, "bench_min_norm", mgda, meta)
+            print(f"wrote {args.out}/bench_min_norm.csv and .json")
+        for K in (int(v) for v in args.sizes.split(",") if v):
             row = measure(K, args.repeats, rng)
             rows.append(row)
             dp = max(row[f"max_abs_dp_{k}"] for k in ("round", "step", "cold"))
@@ -127,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                 + f"  max|Δp| {dp:.1e}",
                 flush=True,
             )
-    meta = {"machine": platform.processor() or platform.machine(), "repeats": args.repeats}
-    write_results(args.out, "bench_simplex_qp", rows, meta)
-    print(f"wrote {args.out}/bench_simplex_qp.csv and .json")
+    if rows:
+        write_results(args.out, "bench_simplex_qp", rows, meta)
+        print(f"wrote {args.out}/bench_simplex_qp.csv and .json")
     return 0
 
 
