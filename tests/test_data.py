@@ -274,6 +274,57 @@ def test_synthetic_is_synthetic_clients_split_with_seed_1_stream():
     assert data.n_classes == 10
 
 
+@pytest.mark.parametrize(
+    ("alpha", "beta", "K", "iid", "seed", "max_samples", "val_fraction", "block"),
+    [(1.0, 1.0, 40, False, 0, None, 0.0, 256),  # clients larger than a block, blocks of several
+     (0.5, 0.5, 25, False, 7, 300, 0.1, 500),
+     (0.7, 0.3, 30, True, 2, None, 0.05, 64),
+     (1.0, 1.0, 12, False, 3, None, 0.0, 2**13)],  # the default block
+)  # fmt: skip
+def test_synthetic_in_blocks_is_the_documented_draws_split_per_client(
+    monkeypatch, alpha, beta, K, iid, seed, max_samples, val_fraction, block
+):
+    """synthetic() generates and splits a block of clients at a time into preallocated arrays;
+    whatever the block size, the result is bit for bit the documented draws of
+    ``synthetic_clients`` concatenated and split by the rule of ``federate`` with
+    ``default_rng([seed, 1])``."""
+    import fairagg.data as data_module
+
+    monkeypatch.setattr(data_module, "_SYNTHETIC_BLOCK_ROWS", block)
+    clients, _, _ = reference_synthetic(alpha, beta, K, iid=iid, seed=seed, max_samples=max_samples)
+    X = np.concatenate([c[0] for c in clients])
+    y = np.concatenate([c[1] for c in clients])
+    starts = np.cumsum([0] + [c[1].shape[0] for c in clients])
+    assert block == 2**13 or starts[-1] > 3 * block  # several blocks
+    parts = [np.arange(a, b) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    data = synthetic(
+        alpha, beta, K, iid=iid, seed=seed, val_fraction=val_fraction,
+        max_samples_per_client=max_samples,
+    )  # fmt: skip
+    ref = reference_split(X, y, parts, 0.2, val_fraction, np.random.default_rng([seed, 1]))
+    assert_split_is(data, ref, with_val=val_fraction > 0)
+    assert_layout(data, 60)
+
+
+def test_synthetic_peak_memory_at_most_twice_the_arrays_returned():
+    """Issue 38: the rows are generated a block at a time straight into the returned arrays, so the
+    peak memory (NumPy's allocations, traced) stays within 2× the arrays returned; concatenating
+    a per-client list and then gathering the splits peaked above 3×."""
+    import tracemalloc
+
+    synthetic(1, 1, 2, seed=0)  # imports and first-call allocations outside the trace
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        data = synthetic(1, 1, 400, seed=0, val_fraction=0.1)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    returned = sum(a.nbytes for a in data if isinstance(a, np.ndarray))
+    assert returned > 40 * 2**20  # large against a block (3.75 MiB) and the largest client
+    assert peak <= 2 * returned
+
+
 def test_synthetic_defaults_are_30_clients_seed_0():
     assert_same_data(
         synthetic(1.0, 1.0, max_samples_per_client=3),
