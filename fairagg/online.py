@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numba
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 from scipy.special import ndtr
 
 from ._checks import as_float_array, as_int_array, check_choice, check_count, check_int, check_real
@@ -52,6 +53,7 @@ from .simplex import (
     check_simplex_point,
     kl_step,
     log_normalize,
+    project_simplex,
     solve_simplex_qp,
 )
 
@@ -59,6 +61,7 @@ __all__ = [
     "RESPONSE_CDFS",
     "BestFixedDecision",
     "FTRLRound",
+    "LowRankFTRL",
     "QuadraticFTRL",
     "aaggff_d_decision",
     "aaggff_response",
@@ -442,6 +445,41 @@ class QuadraticFTRL(NamedTuple):
     rounds: int
 
 
+class LowRankFTRL(NamedTuple):
+    """AAgFF-S's sums kept in O(K·min(t, 2K)) memory: Σ g gᵀ as RᵀR, never formed.
+
+    The FTRL matrix A = αI + β Σ g gᵀ is diagonal plus rank ≤ t;
+    [`quadratic_ftrl_step`][fairagg.online.quadratic_ftrl_step] and
+    [`quadratic_ftrl_round`][fairagg.online.quadratic_ftrl_round] solve its QP through that
+    structure ([`fairagg.online.quadratic_ftrl_init`][fairagg.online.quadratic_ftrl_init] with
+    ``low_rank=True`` starts one). Same decisions as [`QuadraticFTRL`][fairagg.online.QuadraticFTRL]
+    to round-off.
+
+    Attributes
+    ----------
+    grad_sum : ndarray, shape (K,)
+        Σ_τ g_τ.
+    rows : ndarray, shape (r, K)
+        R with RᵀR = Σ_τ g_τ g_τᵀ: the gradients g_τ themselves (r = t) until t reaches 2K, then
+        the triangular factor of their QR decomposition (r = K), updated by appending each new
+        gradient and re-factorising whenever r reaches 2K.
+    cross_sum : ndarray, shape (K,)
+        Σ_τ g_τ ⟨g_τ, p_τ⟩.
+    rounds : int
+        t.
+    """
+
+    grad_sum: np.ndarray
+    rows: np.ndarray
+    cross_sum: np.ndarray
+    rounds: int
+
+    @property
+    def outer_sum(self) -> np.ndarray:
+        """Σ_τ g_τ g_τᵀ = RᵀR, formed on request (K × K; the dense reference)."""
+        return self.rows.T @ self.rows
+
+
 def aaggff_s_defaults(
     num_clients: int, lipschitz: float | None = None
 ) -> tuple[float, float, float]:
@@ -451,9 +489,17 @@ def aaggff_s_defaults(
     return L, 4.0 * K * L, 1.0 / (4.0 * L)
 
 
-def quadratic_ftrl_init(num_clients: int) -> QuadraticFTRL:
-    """Empty sums for K clients (t = 0)."""
+def quadratic_ftrl_init(num_clients: int, *, low_rank: bool = False) -> QuadraticFTRL | LowRankFTRL:
+    """Empty sums for K clients (t = 0).
+
+    ``low_rank=True`` keeps them as a [`LowRankFTRL`][fairagg.online.LowRankFTRL] (memory
+    O(K·min(t, 2K)), each step O(K·t·min(t, |F|)) through A's diagonal-plus-low-rank structure)
+    instead of the dense K × K Σ g gᵀ (memory O(K²), steps O(K²) to O(K³)); the decisions are the
+    same to round-off. Worth it when the rounds t are fewer than the clients K.
+    """
     K = check_count(num_clients, "num_clients", low=1)
+    if low_rank:
+        return LowRankFTRL(np.zeros(K), np.zeros((0, K)), np.zeros(K), 0)
     return QuadraticFTRL(np.zeros(K), np.zeros((K, K)), np.zeros(K), 0)
 
 
@@ -464,7 +510,7 @@ def quadratic_ftrl_update(state: QuadraticFTRL, grad: Any, decision: Any) -> Qua
 
 
 def _check_ftrl_state(state: Any) -> QuadraticFTRL:
-    if not isinstance(state, QuadraticFTRL):
+    if not isinstance(state, QuadraticFTRL | LowRankFTRL):
         raise TypeError(
             "state must be a fairagg.online.QuadraticFTRL (start from quadratic_ftrl_init, then "
             f"pass each round's returned state); got {type(state).__name__}"
@@ -537,6 +583,311 @@ def _ftrl_system(outer, gs, cs, alpha, beta, paper):  # pragma: no cover - compi
     return A, b, _absmax(A), ok
 
 
+# A returned point whose KKT residual (relative, as QPResult.kkt_residual) exceeds this is refined
+# and, if still off, refused. Exact solves of well-scaled problems reach ~1e-16; where
+# b = Σg − βΣg⟨g, p⟩ cancels (b far below β max Σ g gᵀ) they legitimately stop near 1e-11.
+_FTRL_KKT_TOL = 1e-8
+
+
+def _ftrl_kkt_residual(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    amax: float,
+    b: np.ndarray,
+    x: np.ndarray,
+    free: np.ndarray,
+    nu: float,
+) -> float:
+    """[`QPResult.kkt_residual`][fairagg.simplex.QPResult] of (x, ν) for min ½xᵀAx + bᵀx over the
+    simplex, recomputed from A (``matvec``) rather than trusted: stationarity on the free set, dual
+    signs on the rest, relative to max|A| max|x| + max|b|; and feasibility."""
+    if not (np.isfinite(x).all() and math.isfinite(nu)):
+        return math.inf
+    g = matvec(x) + b
+    scale = max(amax * float(np.max(np.abs(x))) + float(np.max(np.abs(b))), abs(nu), 1e-300)
+    r = float(np.max(np.abs(g[free] - nu), initial=0.0)) / scale
+    r = max(r, float(np.max(nu - g[~free], initial=0.0)) / scale)
+    return max(r, abs(float(x.sum()) - 1.0), float(np.max(-x, initial=0.0)))
+
+
+class _FreeSolver:
+    """Solves the equality-constrained QP on a free set F, min ½yᵀA_FF y + b_Fᵀy s.t. Σy = 1,
+    with A_FF = dI + β R_Fᵀ R_F never formed: from the thin SVD R_Fᵀ = U S Vᵀ (|F| × r,
+    O(|F| r min(|F|, r))), A_FF⁻¹v = (v − UUᵀv)/d + U (Uᵀv / (d + βs²)) — exact eigenvalues
+    d + βs², no d lost against βs² — followed by iterative refinement on the true residual."""
+
+    def __init__(self, d: float, beta: float, R: np.ndarray, F: np.ndarray):
+        self.d, self.beta, self.RF = d, beta, R[:, F]
+        n = F.size
+        U, sv, _ = np.linalg.svd(self.RF.T, full_matrices=False)
+        self.U, self.inv = U, 1.0 / (d + beta * sv * sv)
+        self.full = U.shape[1] == n  # U spans all of R^F: no complement
+        self.ones = self.solve(np.ones(n))
+        self.denom = float(self.ones.sum())
+        if not (self.denom > 0 and math.isfinite(self.denom)):
+            raise IllConditionedQPError(
+                "the QP is too ill-conditioned for float64: 1ᵀA_FF⁻¹1 is not a positive number"
+            )
+
+    def solve(self, v: np.ndarray) -> np.ndarray:
+        w = self.U.T @ v
+        out = self.U @ (w * self.inv)
+        if not self.full:
+            out += (v - self.U @ w) / self.d
+        return out
+
+    def matvec(self, y: np.ndarray) -> np.ndarray:
+        return self.d * y + self.beta * (self.RF.T @ (self.RF @ y))
+
+    def kkt(self, bF: np.ndarray, steps: int = 2) -> tuple[np.ndarray, float]:
+        """(y, ν): A_FF y + b_F = ν1, Σy = 1, refined ``steps`` times."""
+        y, nu = self._correction(-bF, 1.0)
+        for _ in range(steps):
+            r1 = -(self.matvec(y) + bF - nu)  # A dy − dν 1 = r1, Σdy = r2
+            r2 = 1.0 - float(y.sum())
+            dy, dnu = self._correction(r1, r2)
+            y, nu = y + dy, nu + dnu
+        return y, nu
+
+    def _correction(self, r1: np.ndarray, r2: float) -> tuple[np.ndarray, float]:
+        # A y − ν1 = r1, 1ᵀy = r2: y = A⁻¹r1 + ν A⁻¹1, ν = (r2 − 1ᵀA⁻¹r1) / 1ᵀA⁻¹1.
+        z = self.solve(r1)
+        nu = (r2 - float(z.sum())) / self.denom
+        return z + nu * self.ones, nu
+
+
+class _Woodbury:
+    """The free-set solves of the active-set iterations, A_FF⁻¹v = (v − βR_Fᵀ C⁻¹ R_F v)/d with the
+    r × r capacitance C = dI + βR_F R_Fᵀ (Woodbury): C is updated by ±βr_j r_jᵀ as coordinates
+    join or leave F (O(r²) each, recomputed from R every 32 iterations) and factorised in O(r³),
+    so an iteration costs O(|F| r + r³), not O(|F| r²). Accurate while βΣggᵀ/α is far below
+    1/ε; the final point's KKT residual decides whether ``_FreeSolver``
+    must refine it."""
+
+    def __init__(self, d: float, beta: float, R: np.ndarray, free: np.ndarray):
+        self.d, self.beta, self.R = d, beta, R
+        self.updates = 0
+        self.reset(free)
+
+    def reset(self, free: np.ndarray) -> None:
+        RF = self.R[:, free]
+        self.C = self.beta * (RF @ RF.T)
+        self.C.flat[:: self.C.shape[0] + 1] += self.d
+        self.updates = 0
+
+    def change(self, free: np.ndarray, added: np.ndarray, removed: np.ndarray) -> None:
+        self.updates += 1
+        if self.updates >= 32 or added.size + removed.size > 8:
+            self.reset(free)
+            return
+        Ra, Rr = self.R[:, added], self.R[:, removed]
+        self.C += self.beta * (Ra @ Ra.T)
+        self.C -= self.beta * (Rr @ Rr.T)
+
+    def kkt(self, F: np.ndarray, bF: np.ndarray) -> tuple[np.ndarray, float]:
+        RF = self.R[:, F]
+        d, beta = self.d, self.beta
+        if RF.shape[0]:
+            try:
+                cf = cho_factor(self.C, lower=True, check_finite=False)
+            except np.linalg.LinAlgError:  # C lost definiteness to round-off: exact eigenvalues
+                return _FreeSolver(d, beta, self.R, F).kkt(bF)
+
+            def solve(v: np.ndarray) -> np.ndarray:
+                return (v - beta * (RF.T @ cho_solve(cf, RF @ v, check_finite=False))) / d
+        else:
+
+            def solve(v: np.ndarray) -> np.ndarray:
+                return v / d
+
+        ones = solve(np.ones(F.size))
+        denom = float(ones.sum())
+        if not (denom > 0 and math.isfinite(denom)):  # 1ᵀA_FF⁻¹1 > 0 in exact arithmetic
+            return _FreeSolver(d, beta, self.R, F).kkt(bF)
+        y, nu = 0.0, 0.0
+        r1, r2 = -bF, 1.0
+        for _ in range(2):  # the solve and one step of iterative refinement
+            z = solve(r1)
+            dnu = (r2 - float(z.sum())) / denom
+            y, nu = y + z + dnu * ones, nu + dnu
+            r1 = -(d * y + beta * (RF.T @ (RF @ y)) + bF - nu)
+            r2 = 1.0 - float(np.sum(y))
+        return np.asarray(y, dtype=np.float64), nu
+
+
+def _low_rank_qp(
+    d: float, beta: float, R: np.ndarray, b: np.ndarray, x0: np.ndarray | None
+) -> QPResult:
+    """Exact simplex minimiser of ½xᵀAx + bᵀx, A = dI + βRᵀR (d > 0, β ≥ 0), by a primal
+    active-set method whose free-set systems are solved through A's structure
+    (``_Woodbury``): memory O(K r), an iteration O(K r + r³). Every
+    coordinate whose multiplier is negative joins the free set at once; every one a step drives
+    to 0 leaves it.
+
+    The point returned is checked against its KKT conditions, recomputed from A: a residual above
+    ``_FTRL_KKT_TOL`` (βΣggᵀ near 1/ε times α) is refined on the final free set through the SVD of
+    R_F (``_FreeSolver``) and, if still off, refused
+    (``IllConditionedQPError``), never returned."""
+    K = b.size
+    diag = d + beta * np.einsum("ij,ij->j", R, R)
+    amax = float(diag.max())  # A is positive definite: its largest entry is on the diagonal
+
+    def matvec(y: np.ndarray) -> np.ndarray:
+        return d * y + beta * (R.T @ (R @ y))
+
+    x = np.full(K, 1.0 / K) if x0 is None else project_simplex(x0)
+    free = x > 0
+    bscale = float(np.max(np.abs(b)))
+    eps64 = 64 * np.finfo(np.float64).eps
+    max_iter = 20 * K + 100
+    nu = 0.0
+    wood = _Woodbury(d, beta, R, free)
+    it = 0
+    # Primal-dual active set (Hintermüller, Ito & Kunisch 2002) first: F = {y > 0} ∪ {λ < 0}
+    # at once, a handful of iterations from a warm start; if it has not settled in 30, the
+    # primal method below (one coordinate at a time, monotone) finishes from a feasible point.
+    for _ in range(30):
+        it += 1
+        F = np.flatnonzero(free)
+        y, nu = wood.kkt(F, b[F])
+        if not (np.isfinite(y).all() and math.isfinite(nu)):
+            break
+        xt = np.zeros(K)
+        xt[F] = np.maximum(y, 0.0)
+        lam = matvec(xt) + b - nu
+        scale = max(amax * float(np.max(np.abs(xt))) + bscale, abs(nu))
+        new_free = np.zeros(K, dtype=bool)
+        new_free[F[y > 0]] = True
+        out = ~free & (lam < -eps64 * scale)
+        new_free |= out
+        if np.array_equal(new_free, free) and not np.any(y < 0):
+            x = xt
+            break
+        if not new_free.any():
+            break
+        wood.change(new_free, np.flatnonzero(new_free & ~free), np.flatnonzero(free & ~new_free))
+        free = new_free
+    if not np.array_equal(x > 0, free) or not np.isclose(x.sum(), 1.0):
+        x = np.full(K, 1.0 / K) if x0 is None else project_simplex(x0)
+        free = x > 0
+        wood.reset(free)
+    while True:
+        it += 1
+        if it > max_iter:
+            raise IllConditionedQPError(
+                f"the low-rank FTRL active-set method did not converge in {max_iter} iterations"
+            )
+        F = np.flatnonzero(free)
+        y, nu = wood.kkt(F, b[F])
+        if not (np.isfinite(y).all() and math.isfinite(nu)):
+            raise IllConditionedQPError(
+                "the low-rank FTRL solve reached a point that is not finite"
+            )
+        if np.any(y < 0):
+            step = y - x[F]
+            neg = step < 0
+            ratios = np.full(F.size, np.inf)
+            ratios[neg] = x[F][neg] / -step[neg]
+            tau = float(ratios.min())
+            if tau < 1.0:
+                hit = ratios <= tau
+                x[F] = np.maximum(x[F] + tau * step, 0.0)
+                x[F[hit]] = 0.0
+                free[F[hit]] = False
+                wood.change(free, F[:0], F[hit])
+                continue
+            y = np.maximum(y, 0.0)
+        x[:] = 0.0
+        x[F] = y
+        if F.size == K:
+            break
+        lam = matvec(x) + b - nu
+        lam[free] = np.inf
+        scale = max(amax * float(np.max(np.abs(x))) + bscale, abs(nu))
+        j = int(np.argmin(lam))
+        if lam[j] >= -eps64 * scale:
+            break
+        add = np.array([j])
+        free[add] = True
+        wood.change(free, add, add[:0])
+    res = _ftrl_kkt_residual(matvec, amax, b, x, free, nu)
+    if not res <= _FTRL_KKT_TOL:  # refine on the final free set (β Σ g gᵀ far above α)
+        F = np.flatnonzero(free)
+        y, nu_r = _FreeSolver(d, beta, R, F).kkt(b[F], steps=8)
+        xr = np.zeros(K)
+        xr[F] = y
+        res_r = _ftrl_kkt_residual(matvec, amax, b, xr, free, nu_r)
+        if res_r < res:
+            x, nu, res = xr, nu_r, res_r
+    if not res <= _FTRL_KKT_TOL:
+        raise IllConditionedQPError(
+            f"the QP is too ill-conditioned for float64: its solution is {res:.3g} off its KKT "
+            "conditions after iterative refinement"
+        )
+    return QPResult(x, nu, ~free, np.zeros(K, dtype=bool), it, res)
+
+
+# Up to this many clients a low-rank solve that ends off its KKT conditions is redone dense.
+_DENSE_FALLBACK_CLIENTS = 4096
+
+
+def _solve_low_rank(
+    state: LowRankFTRL,
+    alpha: float,
+    beta: float,
+    variant: str,
+    x0: Any,
+    shown: tuple[Any, Any],
+    *,
+    x0_checked: bool = False,
+) -> QPResult:
+    K = state.grad_sum.size
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = alpha if variant == "paper" else alpha * (1.0 + beta)
+        b = state.grad_sum - beta * state.cross_sum if variant == "paper" else state.grad_sum
+        big = beta * float(np.max(np.einsum("ij,ij->j", state.rows, state.rows), initial=0.0))
+    if not (math.isfinite(d) and math.isfinite(d + big) and np.isfinite(b).all()):
+        raise _overflow(*shown)
+    if x0 is not None and not x0_checked:
+        x0 = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True)
+    try:
+        try:
+            return _low_rank_qp(d, beta, state.rows, np.asarray(b, dtype=np.float64), x0)
+        except IllConditionedQPError:
+            if K > _DENSE_FALLBACK_CLIENTS:
+                raise
+        # βΣggᵀ near 1/ε times α: the dense active-set solve (its KKT residual checked too)
+        # resolves more of these than the Woodbury iterations, at O(K²) memory.
+        A, bd = quadratic_ftrl_problem(state, alpha, beta, variant)
+        out = _solve_simplex_qp(A, bd, 0.0, np.inf, 1.0, x0, None, False, None)
+        return _kkt_checked(A, bd, *out)[0]
+    except SingularSystemError as exc:
+        raise _ill_conditioned(*shown) from exc
+    except IllConditionedQPError as exc:
+        a, bt = shown
+        raise ValueError(
+            f"alpha = {a!r} and beta = {bt!r} make the FTRL problem too ill-conditioned for "
+            "float64: A = αI + βΣggᵀ spans more than float64 resolves, or is negligible against "
+            "b = Σg − βΣg⟨g, p⟩; make alpha larger (or beta smaller)"
+        ) from exc
+
+
+def _kkt_checked(
+    A: np.ndarray, b: np.ndarray, res: QPResult, factor: QPFactor
+) -> tuple[QPResult, QPFactor]:
+    """The dense solve's (result, factor), or ``IllConditionedQPError`` when the KKT residual of
+    its point, recomputed from A and b (not the solver's own figure), exceeds ``_FTRL_KKT_TOL``:
+    with βΣggᵀ ≳ 1e14 α the solver could end off its KKT conditions and say nothing."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        amax = float(np.max(np.abs(np.diag(A))))
+        r = _ftrl_kkt_residual(lambda y: A @ y, amax, b, res.x, ~res.active_lower, res.multiplier)
+    if not r <= _FTRL_KKT_TOL:
+        raise IllConditionedQPError(
+            f"the QP is too ill-conditioned for float64: the active-set method ended {r:.3g} off "
+            "its KKT conditions"
+        )
+    return res, factor
+
+
 def _solve_ftrl(
     state: QuadraticFTRL,
     alpha: float,
@@ -569,7 +920,9 @@ def _solve_ftrl(
     try:
         if arrays is None or not ok:
             A, b = quadratic_ftrl_problem(state, alpha, beta, variant)
-            return _solve_simplex_qp(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
+            return _kkt_checked(
+                A, b, *_solve_simplex_qp(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
+            )
         K = b.size
         if x0 is None:
             start, warm = np.zeros(K), 0
@@ -578,7 +931,17 @@ def _solve_ftrl(
             if not x0_checked:
                 start = as_float_array(x0, "x0", shape=(K,), dtype=np.float64, allow_int=True)
         box = np.zeros(K), np.full(K, np.inf)
-        return _solve_checked(A, b, amax, *box, 1.0, start, warm, 20 * K + 100, False, factor)
+        out = _solve_checked(A, b, amax, *box, 1.0, start, warm, 20 * K + 100, False, factor)
+        try:
+            return _kkt_checked(A, b, *out)
+        except IllConditionedQPError:
+            if factor is None or factor.size < 0:
+                raise
+        # a kept (rank-one updated) factor that drifted: solve again from a fresh one
+        out = _solve_checked(
+            A, b, amax, *box, 1.0, start, warm, 20 * K + 100, False, _new_factor(K)
+        )
+        return _kkt_checked(A, b, *out)
     except SingularSystemError as exc:
         raise _ill_conditioned(*shown) from exc
     except IllConditionedQPError as exc:
@@ -590,7 +953,34 @@ def _solve_ftrl(
         ) from exc
 
 
+def _add_round_low_rank(state: LowRankFTRL, g: np.ndarray, p: np.ndarray) -> LowRankFTRL:
+    K = g.size
+    with np.errstate(over="ignore", invalid="ignore"):
+        rows = np.vstack([state.rows, g[None, :]])
+        if rows.shape[0] >= 2 * K:  # keep r ≤ 2K: RᵀR = Σ g gᵀ with R triangular (K × K)
+            rows = np.ascontiguousarray(np.linalg.qr(rows, mode="r"))
+        new = LowRankFTRL(
+            state.grad_sum + g, rows, state.cross_sum + g * float(g @ p), state.rounds + 1
+        )
+        # Σ g gᵀ's largest entry is its largest diagonal entry, Σ_τ g_τi²: finite iff the dense
+        # sum would be.
+        finite = (
+            np.isfinite(new.grad_sum).all()
+            and np.isfinite(new.cross_sum).all()
+            and np.isfinite(np.einsum("ij,ij->j", rows, rows)).all()
+        )
+    if not finite:
+        raise ValueError(
+            "grad is too large for the FTRL sums: Σ g gᵀ and Σ g ⟨g, p⟩ overflow float64 "
+            f"(largest |grad| entry {float(np.max(np.abs(g))):.3g}; products of entries must "
+            "stay below about 1.8e308)"
+        )
+    return new
+
+
 def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
+    if isinstance(state, LowRankFTRL):
+        return _add_round_low_rank(state, g, p)
     arrays = _state_arrays(state)
     if arrays is not None and arrays[1].size == g.size:
         outer, gs, cs, finite = _ftrl_sums(*arrays, g, float(g @ p))
@@ -656,6 +1046,8 @@ def quadratic_ftrl_step(
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
     check_choice(variant, "variant", VARIANTS)
+    if isinstance(state, LowRankFTRL):
+        return _solve_low_rank(state, a, bt, variant, x0, (alpha, beta))
     return _solve_ftrl(state, a, bt, variant, x0, None, (alpha, beta))[0]
 
 
@@ -708,6 +1100,9 @@ def quadratic_ftrl_round(
     a = check_real(alpha, "alpha", low=0.0, low_open=True)
     bt = check_real(beta, "beta", low=0.0)
     check_choice(variant, "variant", VARIANTS)
+    if isinstance(new_state, LowRankFTRL):
+        res = _solve_low_rank(new_state, a, bt, variant, p, (alpha, beta), x0_checked=True)
+        return FTRLRound(new_state, res, None)
     key = (a, bt, variant, new_state.rounds)
     if isinstance(factor, QPFactor) and factor.key == (a, bt, variant, state.rounds):
         start = _factor_rank_one(factor, math.sqrt(bt) * g, key)

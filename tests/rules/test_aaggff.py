@@ -20,8 +20,23 @@ from hypothesis.extra import numpy as hnp
 from fairagg import Aggregate, make_reports, make_rule, oracles, simulate
 from fairagg.data import synthetic
 from fairagg.models import LogisticRegression
-from fairagg.online import dr_response, play_aaggff_d, play_aaggff_s, quadratic_ftrl_round
-from fairagg.rules.aaggff import AAgFFDState, AAgFFSState, aaggff_d, aaggff_s
+from fairagg.online import (
+    LowRankFTRL,
+    QuadraticFTRL,
+    aaggff_s_defaults,
+    dr_response,
+    play_aaggff_d,
+    play_aaggff_s,
+    quadratic_ftrl_init,
+    quadratic_ftrl_round,
+)
+from fairagg.rules.aaggff import (
+    LOW_RANK_CLIENTS,
+    AAgFFDState,
+    AAgFFSState,
+    aaggff_d,
+    aaggff_s,
+)
 from fairagg.simplex import QPFactor
 from tests.tolerances import ORACLE_QP, assert_close
 
@@ -234,6 +249,31 @@ def test_official_aaggff_s_warm_starts_each_qp_at_the_decision_played():
         # first round).
         assert isinstance(agg.state.factor, QPFactor)
         state = agg.state
+
+
+def test_aaggff_s_keeps_low_rank_sums_from_low_rank_clients_on():
+    # K = 556 clients: the rule keeps Σ g gᵀ as the t gradients (no K × K matrix) and plays the
+    # decisions the dense sums give, to round-off.
+    below = LOW_RANK_CLIENTS - 1
+    assert isinstance(make_rule("aaggff-s").init(np.zeros(2), below).ftrl, QuadraticFTRL)
+    K, d = LOW_RANK_CLIENTS + 44, 3
+    rule = make_rule("aaggff-s")
+    _, alpha, beta = aaggff_s_defaults(K)
+    rng = np.random.default_rng(0)
+    theta = np.zeros(d)
+    state = rule.init(theta, K)
+    dense, p = quadratic_ftrl_init(K), np.full(K, 1.0 / K)
+    for t in range(4):
+        reports = make_reports(
+            rng.standard_normal((K, d)), [1] * K, losses=rng.lognormal(0.0, 0.5, K)
+        )
+        agg = rule.step(theta, reports, state)
+        state = agg.state
+        assert isinstance(state.ftrl, LowRankFTRL) and state.ftrl.rows.shape == (t + 1, K)
+        r = agg.info["response"]
+        dense, res, _ = quadratic_ftrl_round(dense, -r / (1.0 + p @ r), p, alpha, beta)
+        np.testing.assert_allclose(state.p, res.x, rtol=0, atol=1e-14)
+        p = res.x
 
 
 # --------------------------------------------------------------------------------------------
