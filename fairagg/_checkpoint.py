@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .online import QuadraticFTRL
+from .online import LowRankFTRL, QuadraticFTRL
 from .rules.aaggff import AAgFFDState, AAgFFSState
 from .rules.afl import AFLState
 from .rules.fedfa import FedFaState
@@ -49,6 +49,7 @@ STATE_TYPES: dict[str, type] = {
         AAgFFSState,
         AAgFFDState,
         QuadraticFTRL,
+        LowRankFTRL,
         QPFactor,
     )
 }

@@ -9,16 +9,19 @@ and exit with status 2; a run that fails midway keeps the rounds it recorded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import inspect
 import json
 import os
 import re
+import signal
 import sys
 import textwrap
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,26 +55,41 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"fairagg: error: {message}\n")
 
 
+def _entries(text: str, what: str) -> list[str]:
+    """The comma-separated entries of ``text``; an empty one (``a,,b``, ``a,``) is refused."""
+    entries = [v.strip() for v in text.split(",")]
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected at least one {what}")
+    if not all(entries):
+        raise argparse.ArgumentTypeError(f"an empty {what} in {text!r}")
+    return entries
+
+
 def _int_list(text: str) -> list[int]:
+    entries = _entries(text, "integer")
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in entries]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return vals
 
 
 def _rule_list(text: str) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
+    names = _entries(text, "rule name")
     unknown = [n for n in names if n not in RULES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown rule {', '.join(unknown) or text!r}; choose from {', '.join(RULES)}"
         )
     return names
+
+
+def _path(text: str) -> Path:
+    """A path argument; an empty one is refused (``Path("")`` would be the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path; got an empty one")
+    return Path(text)
 
 
 #: Words of a ``K=V`` value read as Python constants (any case); other words stay strings.
@@ -177,7 +195,7 @@ def _build_parser() -> _Parser:
     run.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
     run.add_argument(
         "--out",
-        type=Path,
+        type=_path,
         default=None,
         help="output folder (default: runs/RULE-sSEED); a folder that holds a run is refused",
     )
@@ -188,7 +206,7 @@ def _build_parser() -> _Parser:
     )
     run.add_argument(
         "--resume",
-        type=Path,
+        type=_path,
         default=None,
         metavar="DIR",
         help="continue the run in DIR (finished, interrupted or killed) from its checkpoint, "
@@ -196,7 +214,7 @@ def _build_parser() -> _Parser:
     )
     run.add_argument(
         "--config",
-        type=Path,
+        type=_path,
         default=None,
         metavar="FILE",
         help="run the configuration of a saved config.json; flags given beside it override",
@@ -222,7 +240,7 @@ def _build_parser() -> _Parser:
     )
     cmp_.add_argument(
         "--out",
-        type=Path,
+        type=_path,
         default=Path("runs/compare"),
         help="output folder (default: runs/compare); a folder that holds a comparison is refused",
     )
@@ -233,7 +251,7 @@ def _build_parser() -> _Parser:
     )
     cmp_.add_argument(
         "--resume",
-        type=Path,
+        type=_path,
         default=None,
         metavar="DIR",
         help="continue the comparison in DIR (interrupted or killed) as its config.json says: "
@@ -260,10 +278,10 @@ def _build_parser() -> _Parser:
         "before its last round is reported with the rounds it completed and why it stopped. "
         "A folder that holds a report is refused unless --overwrite.",
     )
-    rep.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a run folder or history")
+    rep.add_argument("runs", nargs="+", type=_path, metavar="RUN", help="a run folder or history")
     rep.add_argument(
         "--out",
-        type=Path,
+        type=_path,
         default=Path("runs/report"),
         help="output folder (default: %(default)s); a folder that holds a report is refused",
     )
@@ -276,7 +294,7 @@ def _build_parser() -> _Parser:
     )
     vec.add_argument(
         "--out",
-        type=Path,
+        type=_path,
         default=Path("runs/vectors"),
         help="output folder (default: runs/vectors)",
     )
@@ -290,7 +308,7 @@ def _build_parser() -> _Parser:
     )
     vec.add_argument(
         "--compare",
-        type=Path,
+        type=_path,
         metavar="RESULTS",
         help="compare your outputs per case (a JSON file keyed like 'rules/afl/small') with "
         "the golden cases under --out, and print every comparison",
@@ -298,14 +316,14 @@ def _build_parser() -> _Parser:
     vec.add_argument(
         "--precision",
         choices=("float64", "solver", "float32"),
-        default="float64",
+        default=None,
         help="with --compare: what your code computes in (each output's error bound in that "
         "precision, as the golden files carry it; default float64)",
     )
     vec.add_argument(
         "--solver-tol",
         type=float,
-        default=DEFAULT_SOLVER_TOL,
+        default=None,
         metavar="TOL",
         help=f"with --compare --precision solver: your solver's accuracy (default "
         f"{DEFAULT_SOLVER_TOL:g})",
@@ -338,7 +356,8 @@ def _build_parser() -> _Parser:
         type=int,
         default=100,
         metavar="N",
-        help="generated examples to check (default: 100; 0 for none), drawn from --seed",
+        help=f"generated examples to check (default: 100; 0 for none; at most "
+        f"{_MAX_GENERATED}), drawn from --seed",
     )
     chk.add_argument(
         "--round-base",
@@ -378,11 +397,13 @@ def _build_parser() -> _Parser:
     chk.add_argument(
         "--seed",
         type=int,
-        default=0,
+        default=None,
         help="seed of the generated examples (default 0; the report prints it)",
     )
     chk.add_argument(
-        "--random", action="store_true", help="a new seed on every run (printed in the report)"
+        "--random",
+        action="store_true",
+        help="a new seed on every run (printed in the report; not with --seed)",
     )
     chk.add_argument(
         "--keep-going",
@@ -564,6 +585,27 @@ def _write_rounds_csv(path: Path, h) -> None:
     write_atomically(path, lambda fh: fh.write(text.getvalue().encode("utf-8")))
 
 
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise it: the files that record a run
+    (history.npz, rounds.csv, summary.json) are written whole once their writing has begun. Only
+    where Python's own handler is installed, in the main thread; elsewhere the block runs as is."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    caught: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if caught:
+            raise KeyboardInterrupt
+
+
 def _run_one(
     args,
     data,
@@ -624,11 +666,16 @@ def _run_one(
     finally:
         fh.close()
         if history.num_test_samples is not None:  # simulate began (or resumed) the run
-            history.config.update(data=args.data, data_seed=args.data_seed)
             try:
-                history.save(out / f"{label}history.npz")
-            finally:
-                _write_rounds_csv(csv_path, history)
+                with _sigint_deferred():  # a Ctrl-C now is raised once both files are written
+                    history.config.update(data=args.data, data_seed=args.data_seed)
+                    try:
+                        history.save(out / f"{label}history.npz")
+                    finally:
+                        _write_rounds_csv(csv_path, history)
+            except KeyboardInterrupt as exc:  # it carries the run, as simulate's own do
+                exc.history = history  # type: ignore[attr-defined]
+                raise
     return history
 
 
@@ -724,8 +771,12 @@ RUN_FILES = (
     "acf.png",
     *REPORT_FILES,  # the run's own report, curves.png and accuracy_distribution.png among them
 )
-#: Entries of a saved config.json that are not settings of the run.
-_NOT_SETTINGS = ("command", "out", "overwrite", "resume", "config", "quiet")
+#: Entries of a run's config.json that are not settings of the run: where it was written and
+#: whether it printed. A config file (--config, --resume) may hold them, of these types, and they
+#: are not used: --out (or --resume DIR) names the folder, --quiet silences a run.
+_RECORD_ENTRIES = {"out": str, "quiet": bool}
+#: Flags that a config file cannot give (config.json never holds them): refused in one.
+_FLAGS_ONLY = ("command", "overwrite", "resume", "config")
 
 
 def _explicit(argv: Sequence[str] | None, command: str = "run") -> set[str]:
@@ -754,6 +805,8 @@ def _json_object(path: Path, what: str, kind: str) -> dict[str, Any]:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{what}: {path} is not {kind} ({exc})") from None
+    except RecursionError:  # [[[... deeper than Python's stack
+        raise ValueError(f"{what}: {path} is not {kind} (JSON nested too deeply)") from None
     if not isinstance(config, dict):
         raise ValueError(f"{what}: {path} is not {kind} (not a JSON object)")
     return config
@@ -770,9 +823,22 @@ def _apply_config(
     config gave (``--config: 'rounds'``), for its errors there."""
     origins: dict[str, str] = {}
     for key, value in config.items():
-        if key in _NOT_SETTINGS or key in keep:
-            continue
         label = f"{what}: {key!r}"
+        if key in _FLAGS_ONLY:
+            flag = "--" + key
+            raise ValueError(
+                f"{label} is not a setting a config file gives ({flag} is a command-line flag)"
+            )
+        if key in _RECORD_ENTRIES:
+            kind = _RECORD_ENTRIES[key]
+            if type(value) is not kind:
+                raise ValueError(
+                    f"{label} must be a {kind.__name__} (where the run was written: not used, "
+                    f"--{key} decides); got {type(value).__name__}"
+                )
+            continue
+        if key in keep:
+            continue
         if key not in _SETTINGS:
             raise ValueError(
                 f"{what}: unknown setting {key!r} in the config (settings: {', '.join(_SETTINGS)})"
@@ -824,6 +890,30 @@ def _resumed_rounds(folder: Path) -> int:
     return 0  # stopped before its first checkpoint: it starts again from round 1
 
 
+def _check_resumable(args: argparse.Namespace, data: Any, model: Any) -> None:
+    """Refuse, before anything is written, a checkpoint of ``--resume`` that the run as
+    configured cannot continue (its settings or parameters not this run's), with the error
+    [`fairagg.simulate`][fairagg.simulation.simulate] would raise on resuming."""
+    from .rules import make_rule
+    from .simulation import _check_resume, load_checkpoint
+
+    ckpt = args.resume / CHECKPOINT_FILE
+    if not ckpt.is_file():  # stopped before its first checkpoint: it begins again
+        return
+    try:
+        saved = load_checkpoint(ckpt)
+        rule = make_rule(args.rule, **_rule_kwargs(args.rule_arg, args.rule))
+        _check_resume(
+            saved, rule, model, data, rounds=args.rounds,
+            clients_per_round=args.clients_per_round, epochs=args.epochs, batch_size=args.batch,
+            lr=args.lr, momentum=args.momentum, prox_mu=args.prox_mu, sampling=args.sampling,
+            seed=args.seed, eval_every=args.eval_every,
+        )  # fmt: skip
+    except ValueError as exc:
+        text = str(exc).removeprefix("resume: ")
+        raise ValueError(f"--resume: {ckpt} cannot be continued: {text}") from None
+
+
 def _check_out(out: Path, *, overwrite: bool, resume: bool) -> None:
     """Refuse an output folder that cannot hold this run, before anything is written."""
     _check_out_path(out)
@@ -868,6 +958,7 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
 
     explicit = set() if explicit is None else explicit
     origins: dict[str, str] = {}  # the settings a config file gave, for their errors
+    saved: dict[str, Any] = {}  # the config file read, if any
     resume = args.resume is not None
     if resume:
         others = sorted(explicit - {"resume", "rounds", "quiet"})
@@ -877,8 +968,8 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
                 f"--resume continues the run as its config.json says; only --rounds and "
                 f"--quiet may go with it (got {flags})"
             )
-        origins = _apply_config(args, _read_config(args.resume / "config.json", "--resume"),
-                                explicit, "--resume")  # fmt: skip
+        saved = _read_config(args.resume / "config.json", "--resume")
+        origins = _apply_config(args, saved, explicit, "--resume")
         done = _resumed_rounds(args.resume)
         if args.rounds < done:  # before config.json is rewritten with --rounds
             raise ValueError(
@@ -886,11 +977,16 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
             )
         args.out = args.resume
     elif args.config is not None:
-        origins = _apply_config(args, _read_config(args.config, "--config"), explicit, "--config")
+        saved = _read_config(args.config, "--config")
+        origins = _apply_config(args, saved, explicit, "--config")
     if args.out is None:
         args.out = Path("runs") / f"{args.rule}-s{args.seed}"
     say = _quiet if args.quiet else print  # --quiet: nothing on success
     notes: list[str] = []  # said once every check has passed: an error is then the only line
+    if args.config is not None and "out" in saved and Path(saved["out"]) != args.out:
+        notes.append(
+            f"--config: its out ({saved['out']}) is not used; this run goes to --out {args.out}"
+        )
     if (
         RULES[args.rule].full_participation
         and "clients_per_round" not in explicit
@@ -907,6 +1003,8 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
     _check_args(args, origins)  # every setting, the rule's hyper-parameters among them
     _check_out(out, overwrite=args.overwrite, resume=resume)
     data, model = _make_experiment(args)
+    if resume:  # the checkpoint against this run, before config.json or any file is rewritten
+        _check_resumable(args, data, model)
     for text in notes:
         say(text, file=sys.stderr)
     if args.overwrite:
@@ -934,16 +1032,26 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
             args, data, model, rule_name, args.clients_per_round, args.seed, out, "", resume=resume
         )
     except BaseException as exc:  # summary.json says where the run stopped, never a stale end
-        _write_stopped_summary(out, exc)
+        with _sigint_deferred():
+            _write_stopped_summary(out, exc)
         raise
     elapsed = time.perf_counter() - t0
     summary = h.summary()
-    _write_summary(out, h)
-    _write_client_csv(out / "clients.csv", data, h)
-    from .report import write_report
+    with _sigint_deferred():
+        _write_summary(out, h)
+    try:
+        _write_client_csv(out / "clients.csv", data, h)
+        from .report import write_report
 
-    write_report([out / "history.npz"], out)  # curves.png, accuracy_distribution.png, report.*
-    plot_acf({rule_name: h}, out / "acf.png")
+        write_report([out / "history.npz"], out)  # curves.png, accuracy_distribution.png, ...
+        plot_acf({rule_name: h}, out / "acf.png")
+    except KeyboardInterrupt:
+        print(
+            f"fairagg: interrupted after the run completed; {out} holds all of it but its "
+            f"report: `fairagg report {out} --out {out}/report` writes one",
+            file=sys.stderr,
+        )
+        return 130
     rows = [[k, _fmt(v, ".4f"), SUMMARY_UNITS.get(k, "")] for k, v in summary.items()]
     # a resumed run's time is that of its new rounds only: said so, beside the rounds in all
     new = h.num_rounds - done if resume else h.num_rounds
@@ -1358,8 +1466,16 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
     from . import vectors
 
     _check_out_path(args.out)
-    if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
-        raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    for flag, value in (("--precision", args.precision), ("--solver-tol", args.solver_tol)):
+        if value is not None and args.compare is None:
+            raise ValueError(f"{flag} applies to --compare RESULTS only")
+    if args.solver_tol is not None:
+        if args.precision != "solver":
+            raise ValueError("--solver-tol applies to --compare with --precision solver")
+        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    precision = "float64" if args.precision is None else args.precision
+    solver_tol = DEFAULT_SOLVER_TOL if args.solver_tol is None else args.solver_tol
     if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed must be >= 0; got {args.seed}")
     if args.compare is not None and args.check:
@@ -1378,10 +1494,12 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
 
         try:
             report = compare_results(
-                args.compare, args.out, precision=args.precision, solver_tol=args.solver_tol
+                args.compare, args.out, precision=precision, solver_tol=solver_tol
             )
         except UnicodeDecodeError as exc:
             raise ValueError(f"--compare: {args.compare} is not JSON text ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"--compare: {args.compare} is JSON nested too deeply") from None
         except ValueError as exc:  # the results file's own errors say "results: ..."
             text = str(exc)
             if text.startswith("results: "):
@@ -1420,6 +1538,11 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import conformance
 
+    modes = [f for f in ("list", "template", "describe") if getattr(args, f)]
+    if len(modes) > 1:
+        raise ValueError(f"--{modes[0]} and --{modes[1]} are two different actions: give one")
+    if modes and modes[0] != "describe" and args.target is not None:
+        raise ValueError(f"--{modes[0]} takes no TARGET; got {args.target!r}")
     if args.template:
         print(Path(__file__).with_name("_worker_template.py").read_text(encoding="utf-8"), end="")
         return 0
@@ -1442,9 +1565,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be a finite number >= 0; got {value}")
     if not (np.isfinite(args.timeout) and args.timeout > 0):
         raise ValueError(f"--timeout must be a finite number of seconds > 0; got {args.timeout}")
-    if args.generated < 0:
-        raise ValueError(f"--generated must be >= 0; got {args.generated}")
-    if args.seed < 0:
+    if not 0 <= args.generated <= _MAX_GENERATED:
+        raise ValueError(
+            f"--generated must be between 0 and {_MAX_GENERATED}; got {args.generated}"
+        )
+    if args.seed is not None and args.random:
+        raise ValueError("--seed and --random: give one (--random draws a new seed)")
+    if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed must be >= 0; got {args.seed}")
     if args.solver_tol is not None:
         if args.precision != "solver":
@@ -1476,7 +1603,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 hypothesis=args.generated > 0,
                 max_examples=max(args.generated, 1),
                 round_base=args.round_base,
-                seed=None if args.random else args.seed,
+                seed=None if args.random else (args.seed or 0),
                 raise_on_mismatch=False,
                 keep_going=args.keep_going,
                 precision=args.precision,
@@ -1485,11 +1612,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 **tol,
             )
     except (conformance.WorkerError, TypeError, ValueError) as exc:
-        raise _check_flag_error(ValueError(str(exc))) from None
+        raise _check_flag_error(ValueError(str(exc)), params) from None
     print(report)
     return 0 if report else 1
 
 
+#: The most generated examples ``fairagg check --generated`` runs (each one is a call of the
+#: worker; a million take hours).
+_MAX_GENERATED = 1_000_000
 #: How the conformance harness names its arguments, and the flags of ``fairagg check`` that
 #: give them.
 _CHECK_NAMES = (
@@ -1504,12 +1634,16 @@ _CHECK_NAMES = (
 )
 
 
-def _check_flag_error(exc: ValueError) -> ValueError:
-    """A usage error of the conformance harness, naming the flag of ``fairagg check``."""
+def _check_flag_error(exc: ValueError, params: Sequence[str] = ()) -> ValueError:
+    """A usage error of the conformance harness, naming the flag of ``fairagg check`` (for a
+    value of a parameter in ``params``, ``--param NAME``)."""
     text = str(exc)
     for name, flag in _CHECK_NAMES:
         if text.startswith(name):
             return ValueError(flag + text[len(name) :])
+    for name in params:
+        if text.startswith(f"{name} "):
+            return ValueError(f"--param {name}: {text}")
     return exc
 
 
@@ -1574,6 +1708,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("fairagg: interrupted; the rounds completed so far are saved", file=sys.stderr)
+        # wake the training threads, which may wait for work that will never come (a Ctrl-C
+        # inside the pool's start-up can leave one unknown to the interpreter's exit, which
+        # then waits for it for ever)
+        from .models._parallel import shutdown_pool
+
+        shutdown_pool()
         return 130
 
 

@@ -361,15 +361,85 @@ def load_checkpoint(checkpoint: str | Path, *, state_types: Sequence[type] = ())
         done = payload["round"]
         if type(done) is not int or done != len(h._rows["round"]):
             raise ValueError("its round is not the number of rounds its history holds")
-        for key in ("params", "counts"):
-            if not isinstance(payload[key], np.ndarray) or payload[key].ndim != 1:
-                raise ValueError(f"its {key} is not a 1-D array")
-        if not isinstance(payload["config"], dict):
-            raise ValueError("its config is not a dict")
+        _check_saved_run(payload, h)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint: {path} is not a fairagg checkpoint ({exc})") from None
     payload.pop("format")
     return {**payload, "history": h}
+
+
+def _check_saved_run(payload: dict[str, Any], h: History) -> None:
+    """Refuse a checkpoint whose parts do not fit together: its parameters, counts and history
+    against each other and against its config (sizes, dtypes, finite values), so that a damaged
+    file is refused when read, never met halfway through a resumed run."""
+    config, done = payload["config"], payload["round"]
+    if not isinstance(config, dict):
+        raise ValueError("its config is not a dict")
+    sizes = {}
+    for key in ("num_clients", "clients_per_round", "rounds", "eval_every"):
+        v = config.get(key)
+        if type(v) is not int or v < 1:
+            raise ValueError(f"its config's {key} is not an integer >= 1")
+        sizes[key] = v
+    K, m = sizes["num_clients"], sizes["clients_per_round"]
+    if m > K or done > sizes["rounds"]:
+        raise ValueError("its config's clients_per_round, num_clients and rounds do not agree")
+
+    def array(value: Any, what: str, kinds: str, shape: tuple[int, ...], finite=True) -> Any:
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
+            kind = {"f": "real", "iu": "integer"}.get(kinds, kinds)
+            raise ValueError(f"its {what} is not a {kind} array")
+        if value.shape != shape:
+            raise ValueError(f"its {what} has shape {value.shape}, not {shape}")
+        if finite and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            raise ValueError(f"its {what} holds NaN or infinity")
+        return value
+
+    params = payload["params"]
+    if not isinstance(params, np.ndarray) or params.dtype not in (np.float32, np.float64):
+        raise ValueError("its params is not a float32 or float64 array")
+    if params.ndim != 1 or not params.size:
+        raise ValueError(f"its params has shape {params.shape}, not (d,) with d >= 1")
+    array(params, "params", "f", params.shape)
+    counts = array(payload["counts"], "counts", "iu", (K,))
+    if h.final_params is not None:
+        array(h.final_params, "history's final_params", "f", params.shape)
+    for key, n in (("num_train_samples", h.num_train_samples), ("num_test_samples",
+                                                                h.num_test_samples)):  # fmt: skip
+        if n is None or n.shape != (K,):
+            raise ValueError(f"its history's {key} does not have {K} entries")
+    rows = h._rows
+    for key in _ROUND_FIELDS:
+        if len(rows[key]) != done:
+            raise ValueError(f"its history's {key} has {len(rows[key])} rows, not {done}")
+    E = len(rows["eval_round"])
+    for key in _EVAL_FIELDS:
+        if len(rows[key]) != E:
+            raise ValueError(f"its history's {key} has {len(rows[key])} rows, not {E}")
+    for t in range(done):
+        array(rows["round"][t], "history's round", "iu", ())
+        if int(rows["round"][t]) != t + 1:
+            raise ValueError("its history's rounds are not 1, 2, ...")
+        S = array(rows["selected"][t], "history's selected", "iu", (m,))
+        if S.size and (S.min() < 0 or S.max() >= K or np.unique(S).size != m):
+            raise ValueError(f"its history's selected clients are not {m} of 0..{K - 1}")
+        array(rows["weights"][t], "history's weights", "f", (m,))
+        array(rows["reported_losses"][t], "history's reported_losses", "f", (m,), finite=False)
+        array(rows["time_local"][t], "history's time_local", "f", ())
+        array(rows["time_aggregate"][t], "history's time_aggregate", "f", ())
+    evals = [int(array(r, "history's eval_round", "iu", ())) for r in rows["eval_round"]]
+    if evals[:1] != [0] or np.any(np.diff(evals) <= 0) or evals[-1] > done:
+        raise ValueError(f"its history's eval_round is not rising from 0 to at most {done}")
+    for key in ("test_accuracy", "test_loss", "train_accuracy", "train_loss"):
+        for r in rows[key]:  # a loss may be infinite (log 0), an accuracy never
+            array(r, f"history's {key}", "f", (K,), finite="accuracy" in key)
+    for r in rows["time_eval"]:
+        array(r, "history's time_eval", "f", ())
+    if done and not np.array_equal(np.bincount(np.concatenate(rows["selected"]), minlength=K),
+                                   counts):  # fmt: skip
+        raise ValueError("its counts are not the participations its history records")
+    if not done and np.any(counts):
+        raise ValueError("its counts are not the participations its history records")
 
 
 #: Configuration entries a resumed run may change: the number of rounds only.
@@ -390,6 +460,102 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return bool(a == b) or (a != a and b != b)  # noqa: PLR0124 - NaN
+
+
+def _prepared(
+    rule: Any, model: Any, data: Any, *, rounds: Any, clients_per_round: Any, epochs: Any,
+    batch_size: Any, lr: Any, momentum: Any, prox_mu: Any, sampling: Any, seed: Any,
+    eval_every: Any, params: Any,
+) -> tuple[Rule, LocalSpec, Any, np.ndarray, dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The arguments of [`simulate`][fairagg.simulation.simulate] checked: the rule, its local
+    spec, the data, θ⁰, the run's configuration (what a checkpoint records) and the local
+    training's arguments."""
+    if isinstance(rule, str):
+        rule = make_rule(check_rule_name(rule, "rule"))
+    if not isinstance(rule, Rule):
+        raise TypeError(
+            f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
+        )
+    local_spec = check_local_spec(rule.local)
+    momentum = _client_momentum(momentum, local_spec, rule.name)
+    propfair = check_propfair(
+        local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
+    )
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
+    data = check_federated_data(data)
+    epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
+        epochs, batch_size, lr, momentum, prox_mu
+    )
+    K = int(np.asarray(data.train_offsets).size - 1)
+    T = check_int(rounds, "rounds", low=1)
+    m = check_int(clients_per_round, "clients_per_round", low=1, high=K)
+    check_choice(sampling, "sampling", SAMPLING_SCHEMES)
+    eval_every = check_int(eval_every, "eval_every", low=1)
+    seed = check_int(seed, "seed", low=0)
+    lr = check_real(lr, "lr", low=0.0, low_open=True)
+    if data.n_features != model.n_features or data.n_classes != model.n_classes:
+        raise ValueError(
+            f"model expects {model.n_features} features and {model.n_classes} classes; the data "
+            f"has {data.n_features} and {data.n_classes}"
+        )
+    theta = model.init_params(seed) if params is None else model._check_params(params).copy()
+    config = {
+        "rule": rule.name,
+        "rule_hyperparams": dict(rule.hyperparams),
+        "model": repr(model),
+        "data": getattr(data, "name", ""),
+        "num_clients": K,
+        "rounds": T,
+        "clients_per_round": m,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "momentum": momentum,
+        "prox_mu": prox_mu,
+        "sampling": sampling,
+        "seed": seed,
+        "eval_every": eval_every,
+        "local": local_spec._asdict(),
+    }
+    train = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
+             "prox_mu": prox_mu, "propfair": propfair}  # fmt: skip
+    return rule, local_spec, data, theta, config, train
+
+
+def _check_restorable(saved: dict[str, Any], config: dict[str, Any], theta: np.ndarray) -> None:
+    """Refuse a checkpoint (``load_checkpoint``'s dict) that a run of ``config`` starting from
+    ``theta`` cannot continue: other settings than ``rounds``, more rounds than it runs,
+    parameters of another size or dtype."""
+    changed = sorted(
+        k
+        for k in set(config) | set(saved["config"])
+        if k not in _RESUMABLE and not _same(saved["config"].get(k), config.get(k))
+    )
+    if changed:
+        raise ValueError(
+            f"resume: this run's settings differ from the checkpoint's in "
+            f"{', '.join(changed)} (only rounds may change)"
+        )
+    done, T = int(saved["round"]), config["rounds"]
+    if done > T:
+        raise ValueError(f"resume: the checkpoint holds {done} rounds; rounds={T} is fewer")
+    if np.shape(saved["params"]) != theta.shape:
+        raise ValueError("resume: the checkpoint's parameters do not fit this model")
+    if saved["params"].dtype != theta.dtype:
+        raise ValueError(
+            f"resume: the checkpoint's parameters are {saved['params'].dtype}; this run's are "
+            f"{theta.dtype}"
+        )
+
+
+def _check_resume(saved: dict[str, Any], rule: Any, model: Any, data: Any, **settings: Any) -> None:
+    """Raise the ``ValueError`` that ``simulate(rule, model, data, **settings, resume=True)``
+    would raise on restoring ``saved`` (a [`load_checkpoint`][fairagg.simulation.load_checkpoint]
+    dict), before anything is trained or written: the command line checks ``--resume`` with it."""
+    settings.setdefault("params", None)
+    _, _, _, theta, config, _ = _prepared(rule, model, data, **settings)
+    _check_restorable(saved, config, theta)
 
 
 def simulate(
@@ -476,60 +642,18 @@ def simulate(
     FloatingPointError
         When local training or the rule produces non-finite numbers (diverged: lower ``lr``).
     """
-    if isinstance(rule, str):
-        rule = make_rule(check_rule_name(rule, "rule"))
-    if not isinstance(rule, Rule):
-        raise TypeError(
-            f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
-        )
-    local_spec = check_local_spec(rule.local)
-    momentum = _client_momentum(momentum, local_spec, rule.name)
-    propfair = check_propfair(
-        local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
-    )
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
-    data = check_federated_data(data)
-    epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
-        epochs, batch_size, lr, momentum, prox_mu
-    )
+    rule, local_spec, data, theta, config, train = _prepared(
+        rule, model, data, rounds=rounds, clients_per_round=clients_per_round, epochs=epochs,
+        batch_size=batch_size, lr=lr, momentum=momentum, prox_mu=prox_mu, sampling=sampling,
+        seed=seed, eval_every=eval_every, params=params,
+    )  # fmt: skip
     if history is not None and not isinstance(history, History):
         raise TypeError(f"history must be a fairagg.History or None; got {type(history).__name__}")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None; got {type(callback).__name__}")
-    K = int(np.asarray(data.train_offsets).size - 1)
-    T = check_int(rounds, "rounds", low=1)
-    m = check_int(clients_per_round, "clients_per_round", low=1, high=K)
-    check_choice(sampling, "sampling", SAMPLING_SCHEMES)
-    eval_every = check_int(eval_every, "eval_every", low=1)
-    seed = check_int(seed, "seed", low=0)
-    lr = check_real(lr, "lr", low=0.0, low_open=True)
-    if data.n_features != model.n_features or data.n_classes != model.n_classes:
-        raise ValueError(
-            f"model expects {model.n_features} features and {model.n_classes} classes; the data "
-            f"has {data.n_features} and {data.n_classes}"
-        )
-    theta = model.init_params(seed) if params is None else model._check_params(params).copy()
+    T = config["rounds"]
     n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
     n_test = np.diff(np.asarray(data.test_offsets, dtype=np.int64))
-    config = {
-        "rule": rule.name,
-        "rule_hyperparams": dict(rule.hyperparams),
-        "model": repr(model),
-        "data": getattr(data, "name", ""),
-        "num_clients": K,
-        "rounds": T,
-        "clients_per_round": m,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "lr": lr,
-        "momentum": momentum,
-        "prox_mu": prox_mu,
-        "sampling": sampling,
-        "seed": seed,
-        "eval_every": eval_every,
-        "local": local_spec._asdict(),
-    }
     if history is None:
         history = History()
     ckpt_path = None if checkpoint is None else _checkpoint_path(checkpoint)
@@ -542,16 +666,15 @@ def simulate(
     if ckpt_path is not None and ckpt_path.is_dir():
         raise ValueError(f"checkpoint: {ckpt_path} is a folder; name a file in it")
 
-    run = _Run(
-        rule, model, data, local_spec, config, history,
-        train={"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
-               "prox_mu": prox_mu, "parallel": parallel, "propfair": propfair},
-    )  # fmt: skip
+    train = {**train, "parallel": parallel}
+    run = _Run(rule, model, data, local_spec, config, history, train=train)
     # the rule's own NamedTuple state types (a user's rule may have its own) are what a
     # checkpoint may rebuild besides fairagg's: found in the state init makes in this process
     types = known_state_types(rule.init(theta, run.K)) if ckpt_path is not None else None
     if resume and ckpt_path.exists():
-        run.restore(load_checkpoint(ckpt_path, state_types=tuple((types or {}).values())))
+        saved = load_checkpoint(ckpt_path, state_types=tuple((types or {}).values()))
+        _check_restorable(saved, config, theta)
+        run.restore(saved)
     else:
         run.begin(theta)
     history.config.update(config)
@@ -646,23 +769,8 @@ class _Run:
         self.deltas = np.empty((self.m, theta.size), dtype=theta.dtype)
 
     def restore(self, saved: dict[str, Any]) -> None:
-        changed = sorted(
-            k
-            for k in set(self.config) | set(saved["config"])
-            if k not in _RESUMABLE and not _same(saved["config"].get(k), self.config.get(k))
-        )
-        if changed:
-            raise ValueError(
-                f"resume: this run's settings differ from the checkpoint's in "
-                f"{', '.join(changed)} (only rounds may change)"
-            )
+        """Continue from ``saved``, which ``_check_restorable`` accepted."""
         done = int(saved["round"])
-        if done > self.T:
-            raise ValueError(
-                f"resume: the checkpoint holds {done} rounds; rounds={self.T} is fewer"
-            )
-        if np.shape(saved["params"]) != (self.model.num_params,):
-            raise ValueError("resume: the checkpoint's parameters do not fit this model")
         old = saved["history"]
         # the last round of the shorter run was evaluated because it was last: drop it if a
         # run of T rounds would not evaluate there

@@ -33,7 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 
-__all__ = ["MIN_PARALLEL_MACS", "blas_single_thread", "num_threads", "run_tasks", "threads_for"]
+__all__ = [
+    "MIN_PARALLEL_MACS",
+    "blas_single_thread",
+    "num_threads",
+    "run_tasks",
+    "shutdown_pool",
+    "threads_for",
+]
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -97,6 +104,18 @@ def _get_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def shutdown_pool() -> None:
+    """Stop the worker threads (each ends once its current task does) and forget the pool: the
+    next parallel call starts a new one. For an interrupted program about to exit: a Ctrl-C
+    that lands while the pool starts a thread can leave that thread unknown to the executor's
+    exit hook, and the interpreter's exit then waits for it for ever."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def run_tasks(
     fn: Callable[[int], object], order: Sequence[int], threads: int | None = None
 ) -> None:
@@ -140,14 +159,29 @@ def run_tasks(
             _local.in_pool = False
 
     pool = _get_pool()
-    futures = [pool.submit(pool_worker) for _ in range(t - 1)]
+    futures = []
     error: BaseException | None = None
     try:
+        for _ in range(t - 1):
+            futures.append(pool.submit(pool_worker))
         worker()
     except BaseException as exc:  # re-raised below, after the other threads stopped
         error = exc
+        with lock:
+            state["failed"] = True  # no thread starts another task
+    # Every thread that was given work has stopped before this returns or raises, even on a
+    # Ctrl-C while waiting: the tasks write into the caller's arrays, which a thread still
+    # running would change after the caller has moved on.
     for f in futures:
-        exc = f.exception()
+        while True:
+            try:
+                exc = f.exception()
+                break
+            except KeyboardInterrupt as interrupt:
+                with lock:
+                    state["failed"] = True
+                if error is None:
+                    error = interrupt
         if error is None and exc is not None:
             error = exc
     if error is not None:

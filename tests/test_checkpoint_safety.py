@@ -267,3 +267,101 @@ def test_a_checkpoint_is_one_npz_of_arrays_and_json(template):
     assert desc["format"] == "fairagg checkpoint" and desc["round"] == 3
     assert desc["state"] == {"type": "fairagg.types.EmptyState", "fields": {}}
     assert not (template / "checkpoint.pkl").exists()
+
+
+def test_aaggff_s_low_rank_sums_round_trip_through_a_checkpoint(tmp_path):
+    # from LOW_RANK_CLIENTS clients on, AAgFF-S keeps its sums low-rank: a checkpoint holds
+    # them as data and rebuilds them, type and bits, without being told the type
+    from fairagg._checkpoint import read_npz_tree, write_npz_tree
+    from fairagg.online import LowRankFTRL, quadratic_ftrl_init, quadratic_ftrl_round
+
+    rng = np.random.default_rng(3)
+    state, p = quadratic_ftrl_init(6, low_rank=True), np.full(6, 1 / 6)
+    for _ in range(3):
+        out = quadratic_ftrl_round(state, rng.normal(size=6), p, 1.0, 0.5)
+        state, p = out.state, out.result.x
+    write_npz_tree(tmp_path / "s.npz", state)
+    back = read_npz_tree(tmp_path / "s.npz")
+    assert type(back) is LowRankFTRL
+    _same_tree(state, back)
+
+
+# ------------------------------------------------- damaged checkpoints (issue 37, review 4)
+def _edit_checkpoint(edit):
+    """A craft that rewrites the run's checkpoint.npz with ``edit(payload)`` applied (data
+    only: the tree as ``read_npz_tree`` gives it, written back as fairagg writes one)."""
+
+    def craft(run):
+        from fairagg._checkpoint import read_npz_tree, write_npz_tree
+
+        path = run / "checkpoint.npz"
+        payload = read_npz_tree(path)
+        edit(payload)
+        write_npz_tree(path, payload)
+        return path
+
+    return craft
+
+
+def _set(key, value):
+    return lambda p: p.__setitem__(key, value(p[key]))
+
+
+def _set_row(field, value):
+    return lambda p: p["history"]["rows"].__setitem__(field, value(p["history"]["rows"][field]))
+
+
+def _cut_params(p):
+    p["params"], p["history"]["final_params"] = p["params"][:-1], p["history"]["final_params"][:-1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (_set("counts", lambda c: c[:2]), "its counts has shape (2,), not (6,)"),
+        (_set("params", lambda x: x.astype(str)), "its params is not a float32 or float64 array"),
+        (_set("params", lambda x: np.full_like(x, np.nan)), "its params holds NaN or infinity"),
+        (_set_row("selected", lambda s: s[:1]), "its history's selected has 1 rows, not 3"),
+        (_set_row("eval_round", lambda e: e[:2]), "its history's test_accuracy has 4 rows, not 2"),
+        (_set("counts", lambda c: c + 1), "its counts are not the participations"),
+        (
+            lambda p: (
+                p.__setitem__("params", p["params"].astype(np.float32)),
+                p["history"].__setitem__("final_params", p["params"]),
+            ),
+            "cannot be continued: the checkpoint's parameters are float32; this run's are float64",
+        ),
+        (
+            lambda p: p["config"].__setitem__("rule", "fairavg"),
+            "cannot be continued: this run's settings differ from the checkpoint's in rule",
+        ),
+        (_cut_params, "cannot be continued: the checkpoint's parameters do not fit this model"),
+    ],
+    ids=[
+        "counts-cut",
+        "params-str",
+        "params-nan",
+        "selected-cut",
+        "evals-cut",
+        "counts-wrong",
+        "params-float32",
+        "rule-differs",
+        "params-short",
+    ],  # fmt: skip
+)
+def test_a_damaged_checkpoint_is_refused_before_anything_is_written(
+    template, tmp_path, capsys, edit, needle
+):
+    # before: tracebacks (IndexError, TypeError), a corrupt history.npz written, a float32
+    # run continued as float64, or a refusal after config.json and the rest were rewritten
+    run = tmp_path / "run"
+    shutil.copytree(template, run)
+    path = _edit_checkpoint(edit)(run)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.iterdir()}
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run), "--rounds", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("fairagg: error: --resume: "), err
+    assert str(path) in err and needle in err, err
+    assert out == "" and "Traceback" not in err
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.iterdir()} == before

@@ -43,6 +43,12 @@ BAD_CONFIGS = {
     "rule-arg-scope": ({"rule_arg": {"nope.q": 1}}, "'rule_arg' entry 'nope.q': 'nope' is not a"),
     "unknown-key": ({"colour": "red"}, "unknown setting 'colour'"),
     "kprime-above-k": ({"clients_per_round": 99}, "'clients_per_round' must be between 1"),
+    # entries that are not settings: of a run's own types (not used), or flags only
+    "out-int": ({"out": 5}, "'out' must be a str"),
+    "quiet-str": ({"quiet": "yes"}, "'quiet' must be a bool"),
+    "overwrite": ({"overwrite": True}, "'overwrite' is not a setting a config file gives"),
+    "resume": ({"resume": "x"}, "'resume' is not a setting a config file gives"),
+    "config": ({"config": "x.json"}, "'config' is not a setting a config file gives"),
 }
 
 # (argv, what the error line must contain); {tmp}: the test's folder (the working directory),
@@ -110,6 +116,10 @@ CASES = [
         for name, (_, needle) in BAD_CONFIGS.items()
     ],  # fmt: skip
     (["run", "--config", "{tmp}/rounds-str.json", "--rounds", "0"], "--rounds"),
+    (["run", "--config", "{tmp}/deep.json"], "--config: {tmp}/deep.json is not a fairagg config"),
+    (["run", "--out", ""], "argument --out: expected a path; got an empty one"),
+    (["run", "--resume", ""], "argument --resume: expected a path; got an empty one"),
+    (["run", "--config", ""], "argument --config: expected a path; got an empty one"),
     # compare
     (["compare", "--rules", "fedavg,nope"], "--rules: unknown rule 'nope'"),
     (["compare", "--rules", "fedavg,fedavg"], "--rules lists fedavg more than once"),
@@ -125,10 +135,16 @@ CASES = [
     (["compare", "--out", NO_FOLDER], "--out"),
     (["compare", "--out", "{file}"], "is a file, not a folder"),
     (["compare", "--resume", "{tmp}/nothing"], "--resume"),
+    (["compare", "--out", ""], "argument --out: expected a path"),
+    (["compare", "--rules", "fedavg,"], "--rules: an empty rule name in 'fedavg,'"),
+    (["compare", "--rules", "fedavg,,fairavg"], "--rules: an empty rule name"),
+    (["compare", "--seeds", "0,"], "--seeds: an empty integer in '0,'"),
+    (["compare", "--resume", "{tmp}/deep"], "--resume: {tmp}/deep/config.json is not a comp"),
     # report
     (["report"], "required"),
     (["report", "{tmp}/nothing"], "nothing"),
     (["report", "{file}"], "is not a saved history"),
+    (["report", ""], "argument RUN: expected a path"),
     (["report", "{run}", "--out", NO_FOLDER], "--out"),
     (["report", "{run}", "--out", "{file}"], "is a file, not a folder"),
     # rules
@@ -149,6 +165,15 @@ CASES = [
     (["vectors", "--compare", "{file}", "--check", "--out", GOLDEN], "give one"),
     (["vectors", "--solver-tol", "0"], "--solver-tol"),
     (["vectors", "--precision", "float16"], "--precision"),
+    (["vectors", "--solver-tol", "1e-3"], "--solver-tol applies to --compare RESULTS only"),
+    (["vectors", "--precision", "float32"], "--precision applies to --compare RESULTS only"),
+    (["vectors", "--precision", "float64", "--out", GOLDEN], "--precision applies to --compare"),
+    (
+        ["vectors", "--compare", "{tmp}/empty.json", "--out", GOLDEN, "--solver-tol", "1e-3"],
+        "--solver-tol applies to --compare with --precision solver",
+    ),
+    (["vectors", "--compare", "{tmp}/deep.json", "--out", GOLDEN], "nested too deeply"),
+    (["vectors", "--out", ""], "argument --out: expected a path"),
     # check
     (["check"], "TARGET"),
     (["check", "nope", "--describe"], "target must be a registered rule"),
@@ -167,8 +192,18 @@ CASES = [
     (["check", "fedavg_weights", "--cmd", "w", "--golden", ","], "--golden"),
     (["check", "fedavg_weights", "--cmd", "w", "--golden", "none", "--generated", "0"], "--golden"),
     (["check", "fedavg_weights", "--cmd", "w", "--precision", "float16"], "--precision"),
+    (
+        ["check", "fedavg_weights", "--cmd", "w", "--generated", "99999999999999999999"],
+        "--generated must be between 0 and 1000000",
+    ),
+    (["check", "fedavg_weights", "--cmd", "w", "--seed", "1", "--random"], "--seed and --random"),
+    (["check", "--list", "--template"], "--list and --template are two different actions"),
+    (["check", "fedavg", "--list"], "--list takes no TARGET; got 'fedavg'"),
+    (["check", "fedavg", "--template"], "--template takes no TARGET"),
+    (["check", "fedavg", "--describe", "--list"], "--list and --describe are two different"),
     # ... and those the harness checks once the worker answers
     (["check", "fedavg_weights", "--cmd", "{worker}", "--param", "nope=1"], "--param"),
+    (["check", "qfedavg", "--cmd", "{worker}", "--param", "q=abc"], "--param q: q must be a real"),
     (["check", "fedavg_weights", "--cmd", "{worker}", "--accept", "nope"], "--accept"),
     (["check", "fedavg_weights", "--cmd", "{worker}", "--golden", "nope"], "--golden"),
 ]
@@ -200,6 +235,9 @@ def _prepare(tmp: Path, run: Path) -> dict[str, str]:
     base = json.loads((run / "config.json").read_text())
     for name, (entries, _) in BAD_CONFIGS.items():
         (tmp / f"{name}.json").write_text(json.dumps({**base, **entries}))
+    (tmp / "deep.json").write_text("[" * 100_000)  # deeper than Python's stack
+    (tmp / "deep").mkdir()
+    (tmp / "deep" / "config.json").write_text("[" * 100_000)
     worker = tmp / "worker.py"
     worker.write_text(_worker_source())
     return {
@@ -364,3 +402,17 @@ def test_running_out_of_memory_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fairagg: error: out of memory") and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_config_files_out_is_not_used_and_a_note_says_so(tmp_path, monkeypatch, capsys):
+    # before: "out": "o" in a --config file wrote to runs/fedavg-s0, and nothing said so
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.json"
+    assert main(["run", *SMALL, "--out", str(tmp_path / "first")]) == 0
+    saved = json.loads((tmp_path / "first" / "config.json").read_text())
+    config.write_text(json.dumps({**saved, "out": "o", "quiet": False}))
+    capsys.readouterr()
+    assert main(["run", "--config", str(config), "--out", str(tmp_path / "second")]) == 0
+    err = capsys.readouterr().err
+    assert f"--config: its out (o) is not used; this run goes to --out {tmp_path / 'second'}" in err
+    assert not (tmp_path / "o").exists() and (tmp_path / "second" / "history.npz").is_file()

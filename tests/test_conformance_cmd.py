@@ -140,7 +140,7 @@ def test_a_skip_reply_counts_the_case_as_outside_the_domain(worker_dir, capsys):
         ([], "check needs a TARGET"),
         (["nosuch", "--cmd", "true"], "target must be a registered rule"),
         (["aaggff-s", "--cmd", "{py}"], "does not implement 'aaggff-s'"),
-        (["fedavg", "--cmd", "{py}", "--generated", "-1"], "--generated must be >= 0"),
+        (["fedavg", "--cmd", "{py}", "--generated", "-1"], "--generated must be between 0 and"),
         (["fedavg", "--cmd", "{py}", "--param", "q=2"], "'fedavg' has no parameter 'q'"),
         (["fedavg", "--cmd", "{py}", "--golden", "nosuch"], "has no case 'nosuch'"),
         (["fedavg", "--cmd", "/nonexistent/worker"], "cannot start the worker"),

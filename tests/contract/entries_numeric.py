@@ -377,6 +377,7 @@ ONLINE = {
     "fairagg.online.BestFixedDecision": TYPE,
     "fairagg.online.FTRLRound": TYPE,
     "fairagg.online.QuadraticFTRL": TYPE,
+    "fairagg.online.LowRankFTRL": TYPE,
 }
 
 
