@@ -21,6 +21,15 @@ ARGV = ["--clients", "5", "--clients-per-round", "3", "--rounds", "3", "--epochs
         "--model", "logistic", "--data", "synthetic:0.5,0.5", "--quiet"]  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Python's own SIGINT handler (raise KeyboardInterrupt), as in a terminal: pytest-xdist's
+    workers ignore SIGINT, which would make every signal here a no-op."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_a_ctrl_c_while_the_history_is_written_leaves_every_record_whole(tmp_path, monkeypatch):
     # SIGINT lands as history.npz starts to be written, after the last round: the history,
     # rounds.csv and summary.json are still written whole, and the run says it was interrupted
