@@ -1462,6 +1462,17 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_solver_tol(args: argparse.Namespace, applies_to: str) -> None:
+    """``--solver-tol``, where given: only with ``--precision solver`` (``applies_to`` says how
+    the command spells that), a finite number > 0."""
+    if args.solver_tol is None:
+        return
+    if args.precision != "solver":
+        raise ValueError(f"--solver-tol applies to {applies_to}")
+    if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
+        raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+
+
 def _cmd_vectors(args: argparse.Namespace) -> int:
     from . import vectors
 
@@ -1469,11 +1480,7 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
     for flag, value in (("--precision", args.precision), ("--solver-tol", args.solver_tol)):
         if value is not None and args.compare is None:
             raise ValueError(f"{flag} applies to --compare RESULTS only")
-    if args.solver_tol is not None:
-        if args.precision != "solver":
-            raise ValueError("--solver-tol applies to --compare with --precision solver")
-        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
-            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    _check_solver_tol(args, "--compare with --precision solver")
     precision = "float64" if args.precision is None else args.precision
     solver_tol = DEFAULT_SOLVER_TOL if args.solver_tol is None else args.solver_tol
     if args.seed is not None and args.seed < 0:
@@ -1573,11 +1580,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ValueError("--seed and --random: give one (--random draws a new seed)")
     if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed must be >= 0; got {args.seed}")
-    if args.solver_tol is not None:
-        if args.precision != "solver":
-            raise ValueError("--solver-tol applies to --precision solver")
-        if not (np.isfinite(args.solver_tol) and args.solver_tol > 0):
-            raise ValueError(f"--solver-tol must be a finite number > 0; got {args.solver_tol}")
+    _check_solver_tol(args, "--precision solver")
     if args.round_base < 0:
         raise ValueError(f"--round-base must be >= 0; got {args.round_base}")
     if args.golden == "none" and args.generated == 0:

@@ -498,6 +498,8 @@ def quadratic_ftrl_init(num_clients: int, *, low_rank: bool = False) -> Quadrati
     same to round-off. Worth it when the rounds t are fewer than the clients K.
     """
     K = check_count(num_clients, "num_clients", low=1)
+    if not isinstance(low_rank, (bool, np.bool_)):
+        raise TypeError(f"low_rank must be a bool; got {type(low_rank).__name__} {low_rank!r}")
     if low_rank:
         return LowRankFTRL(np.zeros(K), np.zeros((0, K)), np.zeros(K), 0)
     return QuadraticFTRL(np.zeros(K), np.zeros((K, K)), np.zeros(K), 0)

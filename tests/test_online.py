@@ -2101,3 +2101,11 @@ def test_low_rank_ftrl_overflow_names_alpha_and_beta():
     )
     with pytest.raises(ValueError, match=r"^alpha = 1\.0 and beta = 1e\+100 make the FTRL"):
         quadratic_ftrl_step(state, 1.0, 1e100)
+
+
+@pytest.mark.parametrize("flag", ["yes", 1, None])
+def test_quadratic_ftrl_init_low_rank_must_be_a_bool(flag):
+    from fairagg.online import quadratic_ftrl_init
+
+    with pytest.raises(TypeError, match="low_rank must be a bool"):
+        quadratic_ftrl_init(3, low_rank=flag)
