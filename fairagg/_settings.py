@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._checks import check_choice, check_int, check_real
+from .kernels import BACKEND_CHOICES, resolve_backend
 from .rules import RULES, make_rule
 from .sampling import SAMPLING_SCHEMES
 
@@ -115,6 +116,16 @@ def _momentum(value: Any, key: str) -> float | None:
     return _raised(key, check_real, value, low=0.0, high=1.0, high_open=True)
 
 
+def _backend(value: Any, key: str) -> str:
+    """A backend choice that runs here (``"cuda"`` needs a GPU numba can use)."""
+    value = _choice(BACKEND_CHOICES)(value, key)
+    try:
+        resolve_backend(value)
+    except ValueError as exc:
+        raise SettingsValueError(key, f"cannot be {value!r} here: {exc}") from None
+    return value
+
+
 def _data(value: Any, key: str) -> str:
     if not isinstance(value, str):
         raise SettingsTypeError(key, f"must be a data spec (a str); got {type(value).__name__}")
@@ -146,6 +157,12 @@ def _rule_arg(value: Any, key: str) -> tuple[tuple[str, Any], ...]:
             raise SettingsValueError(
                 key, f"{scope!r} is not a registered rule ({', '.join(RULES)})", name
             )
+        if (param if dot else name) == "backend":
+            raise SettingsValueError(
+                key,
+                "the backend is not a hyper-parameter: it is its own setting (--backend)",
+                name,
+            )
     return tuple((str(n), v) for n, v in pairs)
 
 
@@ -171,6 +188,7 @@ _CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "eval_every": _count(1),
     "clients_per_round": _count(1),
     "seed": _seed,
+    "backend": _backend,
 }
 
 
@@ -246,6 +264,10 @@ class ExperimentSettings:
     eval_every, clients_per_round, seed : int
         Evaluation period (>= 1), reporting clients K' (1 <= K' <= K; K' = K for a rule that
         needs every client), run seed (>= 0).
+    backend : str
+        ``"auto"`` (the default: numba on a CPU, cuda with a GPU), ``"numpy"``, ``"numba"`` or
+        ``"cuda"``: the backend of the rule's aggregation
+        ([`resolve_backend`][fairagg.kernels.resolve_backend]).
 
     Raises
     ------
@@ -274,6 +296,7 @@ class ExperimentSettings:
     eval_every: int = 1
     clients_per_round: int = 10
     seed: int = 0
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -303,6 +326,11 @@ class ExperimentSettings:
         """The rule's hyper-parameters among ``rule_arg``."""
         return rule_kwargs(self.rule_arg, self.rule)
 
+    @property
+    def resolved_backend(self) -> str:
+        """The backend the rule runs on (``"auto"`` resolved on this machine)."""
+        return resolve_backend(self.backend)
+
     def _build_rule(self) -> Any:
         """The rule with its hyper-parameters; where that fails, the error names the entry of
         ``rule_arg`` that fails on its own (else all of them)."""
@@ -313,7 +341,7 @@ class ExperimentSettings:
             if not dot or scope == self.rule:
                 source[name] = key
         try:
-            return make_rule(self.rule, **kwargs)
+            return make_rule(self.rule, backend=self.resolved_backend, **kwargs)
         except (TypeError, ValueError) as exc:
             error, item = exc, ", ".join(source[n] for n in kwargs)
         for name, value in kwargs.items():

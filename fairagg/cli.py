@@ -30,6 +30,7 @@ import numpy as np
 from . import __version__
 from ._settings import ExperimentSettings, SettingsError, check_setting, rule_kwargs
 from ._tolerance import DEFAULT_SOLVER_TOL
+from .kernels import resolve_backend
 from .metrics import fairness_summary
 from .report import REPORT_FILES
 from .rules import RULES
@@ -160,6 +161,13 @@ def _add_experiment_args(p: argparse.ArgumentParser, quiet: str = "no progress b
         help="client sampling without replacement (default: uniform)",
     )
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N rounds")
+    g.add_argument(
+        "--backend",
+        choices=("auto", "numpy", "numba", "cuda"),
+        default="auto",
+        help="backend of the aggregation: auto (default) is numba on a CPU, cuda with a GPU; "
+        "equal to numpy, the specification, to round-off (docs: Conventions, Backends)",
+    )
     g.add_argument(
         "--rule-arg",
         type=_rule_arg,
@@ -628,7 +636,9 @@ def _run_one(
     from .rules import make_rule
     from .simulation import History, load_checkpoint, simulate
 
-    rule = make_rule(rule_name, **_rule_kwargs(args.rule_arg, rule_name))
+    rule = make_rule(
+        rule_name, backend=resolve_backend(args.backend), **_rule_kwargs(args.rule_arg, rule_name)
+    )
     history = History()
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"{label}rounds.csv"
@@ -902,7 +912,10 @@ def _check_resumable(args: argparse.Namespace, data: Any, model: Any) -> None:
         return
     try:
         saved = load_checkpoint(ckpt)
-        rule = make_rule(args.rule, **_rule_kwargs(args.rule_arg, args.rule))
+        rule = make_rule(
+            args.rule, backend=resolve_backend(args.backend),
+            **_rule_kwargs(args.rule_arg, args.rule),
+        )  # fmt: skip
         _check_resume(
             saved, rule, model, data, rounds=args.rounds,
             clients_per_round=args.clients_per_round, epochs=args.epochs, batch_size=args.batch,
@@ -970,6 +983,8 @@ def _cmd_run(args: argparse.Namespace, explicit: set[str] | None = None) -> int:
             )
         saved = _read_config(args.resume / "config.json", "--resume")
         origins = _apply_config(args, saved, explicit, "--resume")
+        if "backend" not in saved:  # written before --backend: those runs ran on numpy
+            args.backend = "numpy"
         done = _resumed_rounds(args.resume)
         if args.rounds < done:  # before config.json is rewritten with --rounds
             raise ValueError(
@@ -1163,6 +1178,8 @@ def _stored_compare_args(folder: Path) -> argparse.Namespace:
         raise ValueError(f"--resume: {path} does not hold valid settings: {message}")
 
     cmp_.error = refuse  # type: ignore[method-assign]
+    if "backend" not in config:  # written before --backend: those comparisons ran on numpy
+        argv.append("--backend=numpy")
     stored = cmp_.parse_args(argv)
     try:
         _check_args(stored)

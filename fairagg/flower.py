@@ -102,12 +102,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._checks import check_choice, check_count, check_int, check_real
+from .kernels import resolve_backend
 from .local import check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .models import FlatModel
-from .rules import RULES, check_rule_name, make_rule
+from .rules import RULES, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
-from .simulation import SAMPLING_STREAM, _client_momentum
+from .simulation import SAMPLING_STREAM, _client_momentum, _rule_on_backend
 from .types import Rule, check_local_spec, make_reports
 
 __all__ = [
@@ -714,7 +715,7 @@ class FairaggStrategy(FedAvg):
     Parameters
     ----------
     rule : Rule or str
-        A fairagg rule, or a registry name (default hyper-parameters).
+        A fairagg rule, or a registry name (default hyper-parameters, on ``backend``).
     num_clients : int, optional
         K. None: the number of connected nodes when the first round is configured (fairagg's own
         sampling, ``clients_per_round``, needs it given).
@@ -743,6 +744,11 @@ class FairaggStrategy(FedAvg):
     evaluate_accuracy_key : str, optional
         The metric of an evaluate reply whose spread fairagg summarises (``fairagg-worst_10``,
         ...); None: ``"accuracy"``, else ``"eval_acc"`` (Flower's templates), else none.
+    backend : {"auto", "numpy", "numba", "cuda"}
+        The backend of a rule given by name, as in
+        [`fairagg.simulate`][fairagg.simulation.simulate]: ``"auto"`` (the default) is numba on a
+        CPU, cuda with a GPU ([`resolve_backend`][fairagg.kernels.resolve_backend]). A built
+        ``Rule`` keeps its own.
     **fedavg_kwargs
         Passed to ``FedAvg`` (``fraction_evaluate``, ``min_evaluate_nodes``,
         ``weighted_by_key``, ``arrayrecord_key``, ``train_metrics_aggr_fn``,
@@ -785,14 +791,10 @@ class FairaggStrategy(FedAvg):
         discovery_timeout: float = 600.0,
         train_loss_key: str = TRAIN_LOSS,
         evaluate_accuracy_key: str | None = None,
+        backend: str = "auto",
         **fedavg_kwargs: Any,
     ) -> None:
-        if isinstance(rule, str):
-            rule = make_rule(check_rule_name(rule, "rule"))
-        if not isinstance(rule, Rule):
-            raise TypeError(
-                f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
-            )
+        rule = _rule_on_backend(rule, backend)
         self.rule = rule
         self.local = check_local_spec(rule.local)
         spec = RULES.get(rule.name)
@@ -1379,8 +1381,9 @@ class QFedAvg(FairaggStrategy):
     """Flower's ``QFedAvg``, same arguments, fairagg's exact q-FedAvg (q-FFL, Alg. 1).
 
     ``QFedAvg(client_learning_rate, q=0.1, train_loss_key="train_loss", **fedavg_kwargs)`` is
-    ``FairaggStrategy(make_rule("qfedavg", q=q), lr=client_learning_rate,
-    train_loss_key=train_loss_key, **fedavg_kwargs)``: L = 1/``client_learning_rate`` as in
+    ``FairaggStrategy(make_rule("qfedavg", q=q, backend=...), lr=client_learning_rate,
+    train_loss_key=train_loss_key, **fedavg_kwargs)`` (``backend="auto"`` unless a keyword says
+    otherwise): L = 1/``client_learning_rate`` as in
     Flower, the loss read from ``train_loss_key``, replies with the clients' models under any
     record name. The defaults are Flower's (q = 0.1; fairagg's ``qfedavg`` rule defaults to
     q = 1). What differs from Flower's class: the step is computed with every F̃_k^q divided by
@@ -1409,8 +1412,9 @@ class QFedAvg(FairaggStrategy):
     ) -> None:
         lr = check_real(client_learning_rate, "client_learning_rate", low=0.0, low_open=True)
         q = check_real(q, "q", low=0.0)
+        backend = resolve_backend(fairagg_kwargs.pop("backend", "auto"))
         super().__init__(
-            make_rule("qfedavg", q=q),
+            make_rule("qfedavg", q=q, backend=backend),
             lr=lr,
             train_loss_key=train_loss_key,
             fraction_train=fraction_train,

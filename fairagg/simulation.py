@@ -44,6 +44,7 @@ from ._checkpoint import (
     write_npz_tree,
 )
 from ._checks import as_int_array, check_choice, check_federated_data, check_int, check_real
+from .kernels import BACKEND_CHOICES, resolve_backend
 from .local import _check_hyper, check_propfair, client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .models import FlatModel
@@ -462,20 +463,43 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b) or (a != a and b != b)  # noqa: PLR0124 - NaN
 
 
+def _rule_on_backend(rule: Any, backend: Any, argname: str = "rule") -> Rule:
+    """The rule an experiment runs: a registry name built on ``backend`` (``"auto"``: see
+    [`resolve_backend`][fairagg.kernels.resolve_backend]) with its default hyper-parameters, or
+    a [`Rule`][fairagg.types.Rule] as it was built. A ``backend`` other than ``"auto"`` beside a
+    built rule must be the backend it was built on (``ValueError`` otherwise): it cannot be
+    rebuilt on another without its factory's arguments."""
+    if isinstance(backend, str) and backend == "auto":
+        resolved = None
+    else:
+        check_choice(backend, "backend", BACKEND_CHOICES)
+        resolved = resolve_backend(backend)
+    if isinstance(rule, str):
+        name = check_rule_name(rule, argname)  # every registered rule takes backend= (tested)
+        return make_rule(name, backend=resolved or resolve_backend("auto"))
+    if not isinstance(rule, Rule):
+        raise TypeError(
+            f"{argname} must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
+        )
+    built = rule.hyperparams.get("backend") if isinstance(rule.hyperparams, dict) else None
+    if resolved is not None and built != resolved:
+        raise ValueError(
+            f"backend={backend!r} cannot change a built rule: {argname} {rule.name!r} was built "
+            f"with backend={built!r}; build it on the backend you want "
+            f"(make_rule({rule.name!r}, backend={resolved!r}, ...)), or pass its name"
+        )
+    return rule
+
+
 def _prepared(
     rule: Any, model: Any, data: Any, *, rounds: Any, clients_per_round: Any, epochs: Any,
     batch_size: Any, lr: Any, momentum: Any, prox_mu: Any, sampling: Any, seed: Any,
-    eval_every: Any, params: Any,
+    eval_every: Any, params: Any, backend: Any = "auto",
 ) -> tuple[Rule, LocalSpec, Any, np.ndarray, dict[str, Any], dict[str, Any]]:  # fmt: skip
     """The arguments of [`simulate`][fairagg.simulation.simulate] checked: the rule, its local
     spec, the data, θ⁰, the run's configuration (what a checkpoint records) and the local
     training's arguments."""
-    if isinstance(rule, str):
-        rule = make_rule(check_rule_name(rule, "rule"))
-    if not isinstance(rule, Rule):
-        raise TypeError(
-            f"rule must be a fairagg.Rule or a registry name; got {type(rule).__name__}"
-        )
+    rule = _rule_on_backend(rule, backend)
     local_spec = check_local_spec(rule.local)
     momentum = _client_momentum(momentum, local_spec, rule.name)
     propfair = check_propfair(
@@ -580,13 +604,14 @@ def simulate(
     parallel: bool = True,
     checkpoint: str | Path | None = None,
     resume: bool = False,
+    backend: str = "auto",
 ) -> History:
     """Run ``rounds`` rounds of federated training with ``rule``.
 
     Parameters
     ----------
     rule : Rule or str
-        A rule, or a registry name (built with default hyper-parameters).
+        A rule, or a registry name (built with default hyper-parameters on ``backend``).
     model : fairagg.models.FlatModel
     data : fairagg.data.FederatedData
     rounds : int
@@ -630,6 +655,13 @@ def simulate(
         rounds that never stopped. Every other setting must be the checkpoint's
         (``ValueError`` otherwise), and so must ``model``, ``data`` and ``params``, which
         the checkpoint cannot check beyond their shapes.
+    backend : {"auto", "numpy", "numba", "cuda"}
+        The backend of a rule given by name. ``"auto"`` (the default) is the fastest backend
+        proven equal to the NumPy specification here (``"numba"`` on a CPU, ``"cuda"`` with a
+        GPU; [`resolve_backend`][fairagg.kernels.resolve_backend]); its results equal a
+        ``"numpy"`` run's to round-off, with the bound each rule's tests check (the docs'
+        Conventions page, "Backends"), not bit for bit. A built ``Rule`` keeps its own
+        backend; another backend named beside one is a ``ValueError``.
 
     Returns
     -------
@@ -645,7 +677,7 @@ def simulate(
     rule, local_spec, data, theta, config, train = _prepared(
         rule, model, data, rounds=rounds, clients_per_round=clients_per_round, epochs=epochs,
         batch_size=batch_size, lr=lr, momentum=momentum, prox_mu=prox_mu, sampling=sampling,
-        seed=seed, eval_every=eval_every, params=params,
+        seed=seed, eval_every=eval_every, params=params, backend=backend,
     )  # fmt: skip
     if history is not None and not isinstance(history, History):
         raise TypeError(f"history must be a fairagg.History or None; got {type(history).__name__}")

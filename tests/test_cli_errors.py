@@ -42,6 +42,8 @@ BAD_CONFIGS = {
     ),
     "rule-arg-scope": ({"rule_arg": {"nope.q": 1}}, "'rule_arg' entry 'nope.q': 'nope' is not a"),
     "unknown-key": ({"colour": "red"}, "unknown setting 'colour'"),
+    "backend-unknown": ({"backend": "gpu"}, "'backend' must be one of"),
+    "backend-int": ({"backend": 1}, "'backend' must be a str"),
     "kprime-above-k": ({"clients_per_round": 99}, "'clients_per_round' must be between 1"),
     # entries that are not settings: of a run's own types (not used), or flags only
     "out-int": ({"out": 5}, "'out' must be a str"),
@@ -82,6 +84,8 @@ CASES = [
     (["run", "--model", "cnn"], "--model"),
     (["run", "--activation", "sigmoid"], "--activation"),
     (["run", "--sampling", "random"], "--sampling"),
+    (["run", "--backend", "gpu"], "--backend"),
+    (["run", "--rule-arg", "backend=numpy"], "--rule-arg backend: the backend is not a hyper"),
     (["run", "--data", "mnist"], "bad data spec 'mnist'"),
     (["run", "--data", "synthetic:1"], "bad data spec"),
     # run: rule hyper-parameters (the rule's factory checks them, the error names the flag)

@@ -43,9 +43,11 @@ from ..models._parallel import blas_single_thread
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_CHOICES",
     "available_backends",
     "check_backend",
     "gram",
+    "resolve_backend",
     "row_sq_norms",
     "two_combinations",
     "weighted_sum",
@@ -54,6 +56,9 @@ __all__ = [
 ]
 
 BACKENDS: tuple[str, ...] = ("numpy", "numba", "cuda")
+#: What an experiment's ``backend`` setting takes: a backend, or ``"auto"`` (see
+#: [`resolve_backend`][fairagg.kernels.resolve_backend]).
+BACKEND_CHOICES: tuple[str, ...] = ("auto", *BACKENDS)
 
 
 def _ieee() -> np.errstate:
@@ -89,6 +94,24 @@ def check_backend(backend: str) -> str:
             "imported to run the kernels in numba's simulator"
         )
     return backend
+
+
+def resolve_backend(backend: str) -> str:
+    """The backend an experiment runs its rule on: ``backend`` itself, checked as
+    [`check_backend`][fairagg.kernels.check_backend] checks it, or for ``"auto"`` the fastest
+    backend proven equal to the NumPy specification here: ``"cuda"`` where numba sees a CUDA GPU
+    (never the simulator), else ``"numba"``.
+
+    [`fairagg.simulate`][fairagg.simulation.simulate], ``fairagg run``/``compare --backend`` and
+    [`FairaggStrategy`][fairagg.flower.FairaggStrategy] take ``"auto"`` by default; the rule
+    factories, [`make_rule`][fairagg.rules.make_rule] and the formula functions keep
+    ``"numpy"``, the specification. What "equal" means for each rule is the docs'
+    Conventions page, "Backends": the bound is tested rule by rule.
+    """
+    check_choice(backend, "backend", BACKEND_CHOICES)
+    if backend == "auto":
+        return "cuda" if "cuda" in available_backends() else "numba"
+    return check_backend(backend)
 
 
 def _real_dtype(dtype: Any, name: str) -> np.dtype:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fairagg import RULES, make_rule
+from fairagg.kernels import resolve_backend
 from fairagg.data import load
 from fairagg.models import MLP, FlatModel, LogisticRegression
 
@@ -24,6 +25,7 @@ APP_KEYS = (
     "model",
     "fraction-evaluate",
     "out-dir",
+    "backend",
 )
 
 
@@ -47,7 +49,8 @@ def build_model(config: Mapping[str, Any], n_features: int, n_classes: int) -> F
 def build_rule(config: Mapping[str, Any]):
     """The rule named by ``rule`` with its hyper-parameters from the (flattened) run config:
     ``RULE.NAME`` keys of that rule, and unprefixed keys the app does not know; ``-`` in a name
-    reads as ``_``. Keys of other rules are left for when the config names them."""
+    reads as ``_``. Keys of other rules are left for when the config names them. ``backend``
+    (default ``"auto"``: numba on a CPU, cuda with a GPU) is where the server aggregates."""
     name = str(config["rule"])
     params = {}
     for key, value in config.items():
@@ -61,4 +64,5 @@ def build_rule(config: Mapping[str, Any]):
                 continue
             key = rest
         params[key.replace("-", "_")] = value
-    return make_rule(name, **params)
+    backend = resolve_backend(str(config.get("backend", "auto")))
+    return make_rule(name, backend=backend, **params)

@@ -1,0 +1,123 @@
+"""What "equal" means between backends, rule by rule (docs: Conventions, "Backends").
+
+Each registered rule's step on a compiled backend must stay within the bound its category
+states against the NumPy specification: A (weights bitwise, the weighted sum to round-off),
+B (weights read the updates' norms or Gram matrix: A's bound plus the weights' own difference)
+or C (FedFa: A's bound carried through the server step). The table in the docs must list every
+rule with the category this file holds it to.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fairagg import RULES, make_rule
+from fairagg.kernels import BACKENDS
+from fairagg.types import make_reports
+from tests.conftest import on_simulator
+
+U = np.finfo(np.float64).eps / 2
+
+#: The bound each rule is held to: the docs' table must say the same.
+CATEGORY = {
+    "fedavg": "A",
+    "fairavg": "A",
+    "qfedavg": "B",
+    "qfedsgd": "B",
+    "afl": "A",
+    "term": "A",
+    "propfair": "A",
+    "fedfv": "B",
+    "fedmgda": "B",
+    "fedfa": "C",
+    "qffl-eg": "A",
+    "term-eg": "A",
+    "propfair-eg": "A",
+    "aaggff-s": "A",
+    "aaggff-d": "A",
+}
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "pages" / "guides" / "conventions.md"
+
+
+def _sizes(backend):
+    if backend == "cuda" and on_simulator():  # the simulator runs every thread in Python
+        return ((4, 120),)
+    return ((3, 200), (10, 3000), (40, 20000))
+
+
+def _reports(name, m, d, seed):
+    rng = np.random.default_rng(seed)
+    spec = RULES[name]
+    K = m if spec.full_participation else m + 2
+    theta = rng.standard_normal(d)
+    reports = make_reports(
+        rng.standard_normal((m, d)),
+        rng.integers(1, 50, m),
+        losses=rng.uniform(0.1, 2.0, m),
+        accuracies=rng.uniform(0.0, 1.0, m),
+        participations=rng.integers(1, 5, m),
+        client_ids=np.arange(m),
+        num_clients=K,
+        gradients=rng.standard_normal((m, d)),
+        lr=0.1,
+    )
+    if "gradients" in spec.needs:
+        reports = reports._replace(deltas=None)
+    return theta, reports, K
+
+
+def _fedfa_factor(rule) -> float:
+    """1 + η_s|1 − γ|: how the server step carries the average's round-off (η_s = the clients'
+    lr where the rule takes it from the reports)."""
+    hp = rule.hyperparams
+    eta = hp.get("eta_s")
+    eta = 0.1 if eta is None else eta  # _reports' lr
+    return 1.0 + abs(eta) * abs(1.0 - hp["gamma"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_each_rule_is_within_its_bound_on_every_backend(name, backend):
+    for m, d in _sizes(backend):
+        for seed in range(2 if backend == "cuda" and on_simulator() else 3):
+            theta, reports, K = _reports(name, m, d, seed)
+            out = {}
+            for b in ("numpy", backend):
+                rule = make_rule(name, backend=b)
+                out[b] = rule.step(theta, reports, rule.init(theta, K))
+            ref, got = out["numpy"], out[backend]
+            A = reports.deltas if reports.deltas is not None else reports.gradients
+            w, w_b = ref.info["weights"], got.info["weights"]
+            bound = 2 * (m + 1) * U * (np.abs(theta) + np.abs(w) @ np.abs(A))
+            cat = CATEGORY[name]
+            if cat == "A":
+                assert np.array_equal(w_b, w), "category A: the weights are the same bits"
+            elif cat == "B":
+                assert np.all(np.abs(w_b - w) <= 4 * d * U * np.abs(w)), "weights beyond d·u"
+                bound = bound + np.abs(w_b - w) @ np.abs(A)
+            else:
+                assert np.array_equal(w_b, w)
+                bound = bound * _fedfa_factor(rule)
+            diff = np.abs(got.params - ref.params)
+            worst = int(np.argmax(diff - bound))
+            assert np.all(diff <= bound), (
+                f"{name} on {backend}, m={m}, d={d}, seed {seed}: |Δθ_{worst}| = "
+                f"{diff[worst]:.3g} > bound {bound[worst]:.3g}"
+            )
+            if name == "fedfv":  # no Gram entry near zero here: the same projections
+                assert got.info["projections"] == ref.info["projections"]
+
+
+def _doc_table() -> dict[str, str]:
+    text = DOC.read_text(encoding="utf-8").split("## Backends", 1)[1]
+    return dict(re.findall(r"^\| `([a-z0-9-]+)` \| ([ABC]) \|", text, flags=re.M))
+
+
+def test_the_docs_table_states_every_rules_bound():
+    assert set(CATEGORY) == set(RULES), "a rule without a stated bound"
+    assert _doc_table() == CATEGORY
