@@ -4,7 +4,8 @@ and the rules' navigation.
 A rule's page is built from what the code knows (``fairagg.RULES``: paper, equations, summary,
 reports, participation; ``fairagg rules NAME``: hyper-parameters with defaults, ranges and
 meaning; the factory's docstring, rendered by mkdocstrings with its equations) and from its row of
-the rules table in ``pages/rules/index.md`` (formula functions, status, backends). Run
+the rules table in ``pages/rules/index.md`` (formula functions, status, backends); it links to
+its sections of the Specification page (``SPEC_SECTIONS``; the titles are the page's headings). Run
 ``python docs/gen_pages.py`` after adding a rule or changing one's docstring; ``--check`` exits 1
 when a committed page differs from what it would write (the test suite runs it).
 """
@@ -12,6 +13,7 @@ when a committed page differs from what it would write (the test suite runs it).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +22,41 @@ from fairagg.cli import _describe_rule
 
 PAGES = Path(__file__).resolve().parent / "pages"
 RULES_DIR = PAGES / "rules"
+SPECIFICATION = PAGES / "specification.md"
+
+#: The sections of the Specification page (``pages/specification.md``) each rule's page links to.
+SPEC_SECTIONS: dict[str, tuple[int, ...]] = {
+    "fedavg": (1, 0),
+    "fairavg": (1, 0),
+    "qfedavg": (2, 0),
+    "qfedsgd": (2, 0),
+    "afl": (3, 0),
+    "term": (6, 4),
+    "propfair": (6, 4),
+    "fedfv": (7, 0),
+    "fedmgda": (8,),
+    "fedfa": (9, 0),
+    "qffl-eg": (4, 2),
+    "term-eg": (4, 6),
+    "propfair-eg": (4, 6),
+    "aaggff-s": (5, 4),
+    "aaggff-d": (5, 4),
+}
+
+
+def spec_headings() -> dict[int, str]:
+    """The Specification page's sections: N → the heading's title (``§N ...``), read from the
+    headings ``## §N title {#spec-N}``."""
+    found = re.findall(r"^## (§(\d+) .+?) \{#spec-\2\}$", SPECIFICATION.read_text(), re.M)
+    return {int(n): title for title, n in found}
+
+
+def spec_links(name: str) -> str:
+    """The rule page's links to its sections of the Specification page."""
+    titles = spec_headings()
+    if name not in SPEC_SECTIONS:
+        raise KeyError(f"rule {name!r}: add the Specification sections it follows to SPEC_SECTIONS")
+    return ", ".join(f"[{titles[n]}](../specification.md#spec-{n})" for n in SPEC_SECTIONS[name])
 
 
 def table_rows() -> dict[str, list[str]]:
@@ -62,6 +99,7 @@ def rule_page(name: str, row: list[str] | None) -> str:
         f"- **Paper:** {spec.paper}, {spec.equations}",
         f"- **Reports it reads:** {reports}",
         f"- **Clients:** {who}",
+        f"- **Specification:** {spec_links(name)}",
     ]
     if row is not None:
         parts += [
@@ -85,8 +123,9 @@ def rule_page(name: str, row: list[str] | None) -> str:
         example(name),
         "## The rule's factory",
         "",
-        "The paper's equations, the SPEC decisions and the variants, as the factory's docstring",
-        "gives them; the formula functions are in the [API reference](../api/fairagg.md) and "
+        "The paper's equations, the decisions of the [specification](../specification.md)",
+        "(cited as SPEC §N) and the variants, as the factory's docstring gives them; the formula",
+        "functions are in the [API reference](../api/fairagg.md) and",
         "[the rules' modules](../api/rules.md).",
         "",
         f"::: {factory}",
@@ -180,6 +219,7 @@ theme:
     - content.code.copy
 markdown_extensions:
   - admonition
+  - attr_list
   - tables
   - toc:
       permalink: true
@@ -217,6 +257,7 @@ nav:
   - Rules:
       - Overview: rules/index.md
 {rules}
+  - Specification: specification.md
   - Guides:
 {guides}
   - API reference:

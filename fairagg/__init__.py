@@ -1,7 +1,8 @@
 """fairagg: the reference implementation of fair federated-learning aggregation rules.
 
 Every formula is NumPy float64 first (the specification); Numba and CUDA code paths are
-optimisations tested equal to it. See ``SPEC.md``-style citations in each docstring.
+optimisations tested equal to it. Docstrings cite the decisions of the docs' Specification
+page as "SPEC §N".
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ nothing from fairagg, each with the known mistakes it can be given (``MISTAKE``,
 ``PLANTED``): the conformance tests check them in Python and, through the worker
 ``outside_impl.py``, with ``fairagg check --cmd``.
 
-Without a mistake each computes its rule or formula as SPEC.md states it, with its round-off
+Without a mistake each computes its rule or formula as the specification (the docs'
+Specification page) states it, with its round-off
 decisions (FedFV's conflict and zero thresholds); each mistake changes exactly one thing.
 """
 
