@@ -35,6 +35,7 @@ def test_row_is_complete_and_consistent(tiny_run):
         rows = list(csv.DictReader(fh))
     assert len(rows) == 1
     r = rows[0]
+    assert r["load"] == "idle"
     assert (int(r["m"]), int(r["d"]), int(r["repeats"])) == (6, 3000, 1)
     assert int(r["pairs"]) == 15
     assert 0 < int(r["conflicts_found"]) <= 15  # the data are drawn to conflict
@@ -72,3 +73,24 @@ def test_json_holds_meta_and_the_same_rows(tiny_run):
     assert data["meta"]["seconds"] > 0.0
     assert [(r["m"], r["d"]) for r in data["rows"]] == [(6, 3000)]
     assert data["rows"][0]["counts_agree"] is True
+
+
+def test_both_loads_print_every_target_twice_and_label_the_rows(tmp_path, capsys):
+    status = load_script("bench_fedfv").main(
+        ["--cases", "6x3000", "--repeats", "1", "--load", "both", "--out", str(tmp_path)]
+    )
+    assert status == 0
+    printed = capsys.readouterr().out
+    for load in ("idle", "busy"):
+        assert printed.count(f"[{load}] m=6 d=3000: vector") == 1
+        assert printed.count(f"[{load}] FedFV direction") == 1
+        assert printed.count(f"[{load}] Gram path against the roofline") == 1
+    with open(tmp_path / "bench_fedfv.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["load"], r["m"], r["d"]) for r in rows] == [
+        ("idle", "6", "3000"),
+        ("busy", "6", "3000"),
+    ]
+    data = json.loads((tmp_path / "bench_fedfv.json").read_text())
+    assert data["meta"]["load"] == "both"
+    assert [r["load"] for r in data["rows"]] == ["idle", "busy"]

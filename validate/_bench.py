@@ -1,10 +1,14 @@
-"""Timing helpers shared by the benchmarks: interleaved repeats, medians, thread pinning."""
+"""Timing helpers shared by the benchmarks: interleaved repeats, medians, thread pinning, and
+the load a benchmark runs under (idle, or beside a process spinning on one core)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -112,6 +116,50 @@ def read_probe(a):
         list(range(len(starts))),
     )
     return float(out.sum())
+
+
+SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+#: The loads of each ``--load`` choice, in the order they are measured.
+LOADS = {"idle": ("idle",), "busy": ("busy",), "both": ("idle", "busy")}
+
+
+class Spinner:
+    """A subprocess spinning on one core (the last one this process may use) until closed."""
+
+    def __enter__(self):
+        cpu = max(os.sched_getaffinity(0))
+        self.proc = subprocess.Popen([sys.executable, "-c", SPIN, str(cpu)])
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(0.3)
+
+
+def add_load_argument(ap: argparse.ArgumentParser) -> None:
+    """Add the benchmarks' shared ``--load {idle,busy,both}`` option (default idle)."""
+    ap.add_argument(
+        "--load",
+        choices=tuple(LOADS),
+        default="idle",
+        help="measure on the machine as it is (idle), beside a process this benchmark starts "
+        "spinning on one core (busy), or both in turn, each row labelled (default idle)",
+    )
+
+
+def loads(mode: str) -> Iterator[str]:
+    """Each load of ``--load`` ``mode`` in turn, ``"idle"`` then ``"busy"``: while the caller's
+    loop body runs for ``"busy"`` a ``Spinner`` holds one core, and it is stopped before
+    the next load (also when the loop is left early)."""
+    for load in LOADS[mode]:
+        if load == "busy":
+            with Spinner():
+                yield load
+        else:
+            yield load
 
 
 def write_results(out: Path, name: str, rows: list[dict], meta: dict) -> None:

@@ -16,7 +16,11 @@ What it shows (issue 38, item 4), every figure measured in one run:
   same-shape GEMM (``X @ W`` for each layer, BLAS float64), on one thread (Numba and BLAS pinned)
   and on all threads. Target: ≤ 2× the GEMM.
 
-Run: ``python validate/bench_data.py [--clients K] [--repeats R] [--out DIR]``; writes
+``--load`` ``idle`` (default), ``busy`` (beside a process this benchmark starts spinning on one
+core) or ``both``: everything above measured under each load in turn, every line printed
+labelled ``[idle]`` / ``[busy]`` and a ``load`` column in the CSV and JSON.
+
+Run: ``python validate/bench_data.py [--clients K] [--repeats R] [--load L] [--out DIR]``; writes
 ``DIR/bench_data.{csv,json}`` (default ``runs/bench``). At K = 10⁴ the replaced generator needs
 about 6 GB of memory; ``--no-reference`` skips it.
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, threads, write_results  # noqa: E402
+from _bench import add_load_argument, loads, median_time, threads, write_results  # noqa: E402
 
 from fairagg.data import FederatedData, _concat_clients, _split, synthetic  # noqa: E402
 from fairagg.models import MLP, LogisticRegression  # noqa: E402
@@ -89,16 +93,11 @@ def same(a: FederatedData, b: FederatedData) -> bool:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=10_000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-reference", action="store_true", help="skip the replaced generator")
-    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
-    args = ap.parse_args(argv)
+def measure(args: argparse.Namespace, load: str) -> list[dict]:
+    """The rows of one load, printed as they come."""
     K, seed = args.clients, args.seed
     rows: list[dict] = []
+    tag = f"[{load}]"
 
     # --- generation: time (interleaved), floor, peak memory, bit identity ----------------------
     data = synthetic(1, 1, K, seed=seed)
@@ -131,20 +130,21 @@ def main(argv: list[str] | None = None) -> int:
             "reference_peak_over_returned": ref_peak,
             "bit_identical": same(data, reference_synthetic(1, 1, K, seed)),
         }
-    rows.append(row)
-    print(f"Synthetic(1,1), K = {K}, {N} rows ({nbytes(data) / 2**30:.2f} GiB returned)")
+    rows.append({"load": load, **row})
+    print(f"{tag} Synthetic(1,1), K = {K}, {N} rows ({nbytes(data) / 2**30:.2f} GiB returned)")
     print(
-        f"  fairagg {row['s_per_mrow']:.2f} s per million rows; the 60 normals of each row alone "
-        f"{row['draws_s_per_mrow']:.2f} s (ratio {row['vs_draws']:.2f})"
+        f"{tag}   fairagg {row['s_per_mrow']:.2f} s per million rows; the 60 normals of each "
+        f"row alone {row['draws_s_per_mrow']:.2f} s (ratio {row['vs_draws']:.2f})"
     )
     if not args.no_reference:
         print(
-            f"  replaced generator {row['reference_s_per_mrow']:.2f} s per million rows: ratio "
-            f"{row['vs_reference']:.2f} (target <= {TARGET_S_PER_MROW / BEFORE_S_PER_MROW:.2f} = "
-            f"{TARGET_S_PER_MROW} / {BEFORE_S_PER_MROW}); bit-identical: {row['bit_identical']}"
+            f"{tag}   replaced generator {row['reference_s_per_mrow']:.2f} s per million rows: "
+            f"ratio {row['vs_reference']:.2f} (target <= "
+            f"{TARGET_S_PER_MROW / BEFORE_S_PER_MROW:.2f} = {TARGET_S_PER_MROW} / "
+            f"{BEFORE_S_PER_MROW}); bit-identical: {row['bit_identical']}"
         )
     print(
-        f"  peak memory / returned arrays: {peak:.2f} (target <= {TARGET_PEAK:g})"
+        f"{tag}   peak memory / returned arrays: {peak:.2f} (target <= {TARGET_PEAK:g})"
         + (
             ""
             if args.no_reference
@@ -178,14 +178,28 @@ def main(argv: list[str] | None = None) -> int:
                 )
             ratio = t["eval"] / t["gemm"]
             rows.append(
-                {"what": f"evaluate {type(model).__name__}", "K": K, "rows": X.shape[0],
-                 "threads": n, "eval_s": t["eval"], "gemm_s": t["gemm"], "eval_over_gemm": ratio}
+                {"load": load, "what": f"evaluate {type(model).__name__}", "K": K,
+                 "rows": X.shape[0], "threads": n, "eval_s": t["eval"], "gemm_s": t["gemm"],
+                 "eval_over_gemm": ratio}
             )  # fmt: skip
             print(
-                f"evaluate_clients {type(model).__name__}, {X.shape[0]} rows, {n} thread(s): "
+                f"{tag} evaluate_clients {type(model).__name__}, {X.shape[0]} rows, {n} thread(s): "
                 f"{t['eval'] * 1e3:.0f} ms, same-shape GEMM {t['gemm'] * 1e3:.0f} ms: ratio "
                 f"{ratio:.2f} (target <= {TARGET_EVAL:g})"
             )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-reference", action="store_true", help="skip the replaced generator")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    add_load_argument(ap)
+    args = ap.parse_args(argv)
+    rows = [row for load in loads(args.load) for row in measure(args, load)]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     rows = [{k: r.get(k, "") for k in keys} for r in rows]
     write_results(args.out, "bench_data", rows, {"when": time.strftime("%Y-%m-%d %H:%M:%S")})

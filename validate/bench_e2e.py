@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,14 +40,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, threads, write_results  # noqa: E402
+from _bench import Spinner, median_time, threads, write_results  # noqa: E402
 from _output import log  # noqa: E402
 
 from fairagg import simulate  # noqa: E402
 from fairagg.data import federate, partition_iid, synthetic  # noqa: E402
 from fairagg.models import MLP, LogisticRegression  # noqa: E402
-
-SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
 def datasets() -> dict[str, object]:
@@ -69,21 +66,6 @@ def one_run(data, rounds: int):
     )  # fmt: skip
     wall = time.perf_counter() - t0
     return wall / rounds, h
-
-
-class Spinner:
-    """A subprocess spinning on one core (the last one this process may use) until closed."""
-
-    def __enter__(self):
-        cpu = max(os.sched_getaffinity(0))
-        self.proc = subprocess.Popen([sys.executable, "-c", SPIN, str(cpu)])
-        time.sleep(0.3)
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
-        time.sleep(0.3)
 
 
 def measure(data, rounds: int, repeats: int) -> dict[str, dict]:

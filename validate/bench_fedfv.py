@@ -39,8 +39,13 @@ from other work), two BLAS threads gave no faster square GEMM, and OpenBLAS's th
 repeats sleep 0.2 s before each switch of callable (``median_time``'s ``settle``), so that idle
 OpenBLAS threads stop spinning before the Numba probe runs.
 
+``--load`` ``idle`` (default), ``busy`` (beside a process this benchmark starts spinning on one
+core) or ``both``: every case measured under each load in turn, the tables and target lines
+printed per load, labelled ``[idle]`` / ``[busy]``, and a ``load`` column in the CSV and JSON.
+
 Run: ``python validate/bench_fedfv.py [--quick] [--out DIR] [--threads N] [--repeats R]
-[--cases 10x100000,100x1000000]``; writes ``DIR/bench_fedfv.{csv,json}`` (default ``runs/bench``).
+[--cases 10x100000,100x1000000] [--load L]``; writes ``DIR/bench_fedfv.{csv,json}`` (default
+``runs/bench``).
 The full run (four cases, m ∈ {10, 100} × d ∈ {10⁵, 10⁶}; 3 repeats of the slowest, whose vector
 call takes about 10 s) took 90-100 s on two shared cores; ``--quick`` runs only d = 10⁵ with fewer
 repeats (under 10 s).
@@ -58,7 +63,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, parse_cases, read_probe, threads, write_results  # noqa: E402
+from _bench import (  # noqa: E402
+    LOADS,
+    add_load_argument,
+    loads,
+    median_time,
+    parse_cases,
+    read_probe,
+    threads,
+    write_results,
+)
 
 from fairagg.kernels import gram  # noqa: E402
 from fairagg.kernels.cpu import GRAM_MAX_M, use_gram_kernel  # noqa: E402
@@ -162,9 +176,10 @@ def measure(m: int, d: int, repeats: int, seed: int = 0, settle: float = 0.0) ->
     }
 
 
-def print_table(rows: list[dict], threads_used: int) -> None:
+def print_table(rows: list[dict], threads_used: int, load: str = "idle") -> None:
+    tag = f"[{load}]"
     print(
-        f"FedFV direction, alpha = 0, tau = 0, float64, {threads_used} thread(s): medians of "
+        f"{tag} FedFV direction, alpha = 0, tau = 0, float64, {threads_used} thread(s): medians of "
         "interleaved repeats"
     )
     print(
@@ -178,7 +193,9 @@ def print_table(rows: list[dict], threads_used: int) -> None:
             f"{r['ratio_vector_gram']:>7.1f}x{r['max_abs_diff_rel']:>16.1e}"
         )
     print()
-    print("Gram path against the roofline max(flops / peak GEMM, 2·m·d·8 bytes / read probe):")
+    print(
+        f"{tag} Gram path against the roofline max(flops / peak GEMM, 2·m·d·8 bytes / read probe):"
+    )
     print(
         f"{'m':>5}{'d':>9}{'peak GF/s':>11}{'DDᵀ by':>8}{'DDᵀ GF/s':>10}{'of peak':>9}"
         f"{'probe GB/s':>12}{'roof ms':>9}{'bound':>7}{'× roof':>8}{'× parts':>9}"
@@ -197,13 +214,13 @@ def print_table(rows: list[dict], threads_used: int) -> None:
         if (r["m"], r["d"]) == TARGET_CASE:
             ok = r["ratio_vector_gram"] >= TARGET_RATIO
             print(
-                f"target: vector / gram >= {TARGET_RATIO:g}x at m = {r['m']}, d = {r['d']}: "
+                f"{tag} target: vector / gram >= {TARGET_RATIO:g}x at m = {r['m']}, d = {r['d']}: "
                 f"{r['ratio_vector_gram']:.1f}x, {'met' if ok else 'NOT met'}"
             )
         if (r["m"], r["d"]) in TARGET_ROOF_CASES:
             ok = r["gram_over_roofline"] <= TARGET_ROOF
             print(
-                f"target: gram <= {TARGET_ROOF:g}x roofline at m = {r['m']}, d = {r['d']}: "
+                f"{tag} target: gram <= {TARGET_ROOF:g}x roofline at m = {r['m']}, d = {r['d']}: "
                 f"{r['gram_over_roofline']:.2f}x, {'met' if ok else 'NOT met'}"
             )
 
@@ -218,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cases", type=parse_cases, default=None, help="MxD,MxD,... instead of the table"
     )
     ap.add_argument("--seed", type=int, default=0)
+    add_load_argument(ap)
     args = ap.parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.threads < 1:
         ap.error("--repeats and --threads must be >= 1")
@@ -228,19 +246,21 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = []
     with threads(args.threads):
-        for m, d, repeats in cases:
-            settle = 0.2 if args.threads > 1 else 0.0
-            rows.append(measure(m, d, repeats, args.seed, settle))
-            r = rows[-1]
-            print(
-                f"m={m} d={d}: vector {r['t_vector_s'] * 1e3:.1f} ms, gram "
-                f"{r['t_gram_s'] * 1e3:.2f} ms ({r['ratio_vector_gram']:.1f}x), "
-                f"{r['gram_over_roofline']:.2f}x roofline",
-                flush=True,
-            )
+        for load in loads(args.load):
+            for m, d, repeats in cases:
+                settle = 0.2 if args.threads > 1 else 0.0
+                rows.append({"load": load, **measure(m, d, repeats, args.seed, settle)})
+                r = rows[-1]
+                print(
+                    f"[{load}] m={m} d={d}: vector {r['t_vector_s'] * 1e3:.1f} ms, gram "
+                    f"{r['t_gram_s'] * 1e3:.2f} ms ({r['ratio_vector_gram']:.1f}x), "
+                    f"{r['gram_over_roofline']:.2f}x roofline",
+                    flush=True,
+                )
     elapsed = time.perf_counter() - start
-    print()
-    print_table(rows, args.threads)
+    for load in LOADS[args.load]:
+        print()
+        print_table([r for r in rows if r["load"] == load], args.threads, load)
     try:
         from threadpoolctl import threadpool_info
 
@@ -264,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         "tau": 0,
         "agree_tol": AGREE_TOL,
         "seconds": elapsed,
+        "load": args.load,
     }
     write_results(args.out, "bench_fedfv", rows, meta)
     print(f"total {elapsed:.0f} s; wrote {args.out}/bench_fedfv.csv and .json")

@@ -31,8 +31,12 @@ calls of each block after its first. The first call after switching from another
 for caches and branch predictors the other left cold (after a cvxpy solve ours is 1.5-3× slower
 for a call or two); that median is reported as well (``*_first``), for both sides.
 
+``--load`` ``idle`` (default), ``busy`` (beside a process this benchmark starts spinning on one
+core) or ``both``: both parts run under each load in turn, on the same problems, every row
+printed labelled ``[idle]`` / ``[busy]`` and a ``load`` column in the CSVs and JSONs.
+
 Run: ``python validate/bench_simplex_qp.py [--out DIR] [--repeats R] [--sizes K,...]
-[--mgda-sizes M,...]`` (an empty list skips that part); writes
+[--mgda-sizes M,...] [--load L]`` (an empty list skips that part); writes
 ``DIR/bench_simplex_qp.{csv,json}`` and ``DIR/bench_min_norm.{csv,json}`` (default
 ``runs/bench``).
 """
@@ -49,7 +53,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import first_and_steady_time, threads, write_results  # noqa: E402
+from _bench import (  # noqa: E402
+    add_load_argument,
+    first_and_steady_time,
+    loads,
+    threads,
+    write_results,
+)
 
 from fairagg import oracles  # noqa: E402
 from fairagg.online import (  # noqa: E402
@@ -169,6 +179,32 @@ def measure_min_norm(m: int, spread: float, box: bool, repeats: int, rng) -> dic
     }
 
 
+def print_min_norm(row: dict) -> None:
+    print(
+        f"[{row['load']}] min-norm m={row['m']:5d} d={row['d']} spread {row['spread']:3.1f} "
+        f"{row['box']:7s} free {row['free']:4d} ({row['iterations']} it)  "
+        f"ours {row['t_ours_s'] * 1e3:8.1f} ms  cvxpy+CLARABEL "
+        f"{row['t_cvxpy_clarabel_s'] * 1e3:8.1f} ms  ratio {row['ratio']:5.1f}×  "
+        f"KKT {row['kkt_residual']:.1e}  max|Δλ| {row['max_abs_dlambda']:.1e}",
+        flush=True,
+    )
+
+
+def print_qp(row: dict) -> None:
+    dp = max(row[f"max_abs_dp_{k}"] for k in ("round", "step", "cold"))
+    print(
+        f"[{row['load']}] K={row['K']:5d}  free {row['free']:4d}  cvxpy "
+        f"{row['t_cvxpy_s'] * 1e3:7.1f} ms  "
+        + "  ".join(
+            f"{k} {row[f't_{k}_s'] * 1e6:7.0f} µs ({row[f'iterations_{k}']} it) "
+            f"{row[f'ratio_{k}']:4.0f}× [first call {row[f'ratio_{k}_first']:3.0f}×]"
+            for k in ("round", "step", "cold")
+        )
+        + f"  max|Δp| {dp:.1e}",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
@@ -177,42 +213,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mgda-sizes", type=str, default=",".join(map(str, MGDA_SIZES)))
     ap.add_argument("--mgda-repeats", type=int, default=5)
     ap.add_argument("--spread", type=str, default="0,0.3", help="shared-direction sizes")
+    add_load_argument(ap)
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(0)
-    rows = []
-    meta = {"machine": platform.processor() or platform.machine(), "repeats": args.repeats}
+    rows, mgda = [], []
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "repeats": args.repeats,
+        "load": args.load,
+    }
     with threads(1):
-        mgda = []
-        for m in (int(v) for v in args.mgda_sizes.split(",") if v):
-            for spread in (float(v) for v in args.spread.split(",")):
-                for box in (False, True):
-                    row = measure_min_norm(m, spread, box, args.mgda_repeats, rng)
-                    mgda.append(row)
-                    print(
-                        f"min-norm m={m:5d} d={MGDA_DIM} spread {spread:3.1f} {row['box']:7s} "
-                        f"free {row['free']:4d} ({row['iterations']} it)  "
-                        f"ours {row['t_ours_s'] * 1e3:8.1f} ms  cvxpy+CLARABEL "
-                        f"{row['t_cvxpy_clarabel_s'] * 1e3:8.1f} ms  ratio {row['ratio']:5.1f}×  "
-                        f"KKT {row['kkt_residual']:.1e}  max|Δλ| {row['max_abs_dlambda']:.1e}",
-                        flush=True,
-                    )
-        if mgda:
-            write_results(args.out, "bench_min_norm", mgda, meta)
-            print(f"wrote {args.out}/bench_min_norm.csv and .json")
-        for K in (int(v) for v in args.sizes.split(",") if v):
-            row = measure(K, args.repeats, rng)
-            rows.append(row)
-            dp = max(row[f"max_abs_dp_{k}"] for k in ("round", "step", "cold"))
-            print(
-                f"K={K:5d}  free {row['free']:4d}  cvxpy {row['t_cvxpy_s'] * 1e3:7.1f} ms  "
-                + "  ".join(
-                    f"{k} {row[f't_{k}_s'] * 1e6:7.0f} µs ({row[f'iterations_{k}']} it) "
-                    f"{row[f'ratio_{k}']:4.0f}× [first call {row[f'ratio_{k}_first']:3.0f}×]"
-                    for k in ("round", "step", "cold")
-                )
-                + f"  max|Δp| {dp:.1e}",
-                flush=True,
-            )
+        for load in loads(args.load):
+            rng = np.random.default_rng(0)  # the same problems under every load
+            for m in (int(v) for v in args.mgda_sizes.split(",") if v):
+                for spread in (float(v) for v in args.spread.split(",")):
+                    for box in (False, True):
+                        row = {
+                            "load": load,
+                            **measure_min_norm(m, spread, box, args.mgda_repeats, rng),
+                        }
+                        mgda.append(row)
+                        print_min_norm(row)
+            for K in (int(v) for v in args.sizes.split(",") if v):
+                rows.append({"load": load, **measure(K, args.repeats, rng)})
+                print_qp(rows[-1])
+    if mgda:
+        write_results(args.out, "bench_min_norm", mgda, meta)
+        print(f"wrote {args.out}/bench_min_norm.csv and .json")
     if rows:
         write_results(args.out, "bench_simplex_qp", rows, meta)
         print(f"wrote {args.out}/bench_simplex_qp.csv and .json")
