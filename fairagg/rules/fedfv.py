@@ -657,15 +657,21 @@ def _next_history(
     """The history a later round's window can reach: ``history`` (which holds none of this
     round's clients) and this round's updates, kept from the next window's first round on."""
     first_next = (t + 1 - tau) if variant == "paper" else (t + 2 - tau)
-    old = history.rounds >= first_next
-    parts = [history.updates[old]]
-    rounds = [history.rounds[old]]
-    who = [history.client_ids[old]]
-    if t >= first_next:  # this round's updates stay reachable
-        parts.append(np.array(D, dtype=history.updates.dtype))
+    keep = np.flatnonzero(history.rounds >= first_next)
+    rounds = [history.rounds[keep]]
+    who = [history.client_ids[keep]]
+    here = t >= first_next  # this round's updates stay reachable
+    if here:
         rounds.append(np.full(ids.size, t, dtype=np.int64))
         who.append(ids)
-    new = FedFVHistory(np.concatenate(parts), np.concatenate(rounds), np.concatenate(who))
+    # one copy of each kept row, written where it ends up (a round's updates are the largest
+    # array a step touches: copied twice, by np.array and np.concatenate, they cost the step
+    # as much as its Gram matrix)
+    updates = np.empty((keep.size + (D.shape[0] if here else 0), D.shape[1]), history.updates.dtype)
+    np.take(history.updates, keep, axis=0, out=updates[: keep.size])
+    if here:
+        updates[keep.size :] = D
+    new = FedFVHistory(updates, np.concatenate(rounds), np.concatenate(who))
     for a in new:
         a.flags.writeable = False
     return new
