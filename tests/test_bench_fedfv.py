@@ -94,3 +94,16 @@ def test_both_loads_print_every_target_twice_and_label_the_rows(tmp_path, capsys
     data = json.loads((tmp_path / "bench_fedfv.json").read_text())
     assert data["meta"]["load"] == "both"
     assert [r["load"] for r in data["rows"]] == ["idle", "busy"]
+
+
+def test_the_default_path_is_the_rule_an_experiment_runs(tiny_run, capsys):
+    """The default-path rows time fedfv as simulate builds it (backend auto: numba here) on
+    every thread, against a roofline of three passes over the updates."""
+    status, out = tiny_run
+    data = json.loads((out / "bench_fedfv_default.json").read_text())
+    (row,) = data["rows"]
+    assert (row["m"], row["d"], row["backend"]) == (6, 3000, "numba")
+    bytes_time = 3 * 6 * 3000 * 8 / (row["probe_GBps"] * 1e9)
+    flops_time = (6 * 7 * 3000 + 4 * 6 * 3000 + 4 * 6**3) / (row["peak_GFLOPs"] * 1e9)
+    assert math.isclose(row["roofline_s"], max(bytes_time, flops_time), rel_tol=1e-9)
+    assert math.isclose(row["step_over_roofline"], row["t_step_s"] / row["roofline_s"])

@@ -43,6 +43,15 @@ OpenBLAS threads stop spinning before the Numba probe runs.
 core) or ``both``: every case measured under each load in turn, the tables and target lines
 printed per load, labelled ``[idle]`` / ``[busy]``, and a ``load`` column in the CSV and JSON.
 
+Default path (issue 38 item 3): for every case, after the pinned table, the step of the
+FedFV rule an experiment runs, ``rule.step`` of the rule ``fairagg.simulate("fedfv", ...)``
+builds (``backend="auto"``, numba on a CPU; the defaults α = 0.1, τ = 1; m = K, from the
+rule's initial state), on every thread the process has (``--threads`` does not pin it), against
+the roofline on those threads: the same flops at the peak GEMM rate measured with BLAS's default
+threads, and 3·m·d·8 bytes at the read probe's rate, since the step reads the updates for DDᵀ and
+for W @ D and, with τ = 1, writes a copy of them into the rule's state for the next round's
+window. Written to ``DIR/bench_fedfv_default.{csv,json}``.
+
 Run: ``python validate/bench_fedfv.py [--quick] [--out DIR] [--threads N] [--repeats R]
 [--cases 10x100000,100x1000000] [--load L]``; writes ``DIR/bench_fedfv.{csv,json}`` (default
 ``runs/bench``).
@@ -76,6 +85,7 @@ from _bench import (  # noqa: E402
 
 from fairagg.kernels import gram  # noqa: E402
 from fairagg.kernels.cpu import GRAM_MAX_M, use_gram_kernel  # noqa: E402
+from fairagg.models._parallel import num_threads as numba_num_threads  # noqa: E402
 from fairagg.rules.fedfv import _combine, fedfv_direction  # noqa: E402
 
 #: (m, d, repeats): the vector call at (100, 10⁶) takes several seconds, so few repeats there.
@@ -176,6 +186,44 @@ def measure(m: int, d: int, repeats: int, seed: int = 0, settle: float = 0.0) ->
     }
 
 
+def measure_default_path(m: int, d: int, repeats: int, seed: int = 0) -> dict:
+    """The step of an experiment's FedFV rule, as ``fairagg.simulate`` builds it from its name
+    (``backend="auto"``: numba here; α = 0.1, τ = 1, the defaults), on the threads the process
+    has, against its roofline on those threads (module doc, "Default path")."""
+    from fairagg.simulation import _rule_on_backend
+    from fairagg.types import make_reports
+
+    D, losses = make_round(m, d, seed)
+    theta = np.random.default_rng([seed, m, d, 2]).standard_normal(d)
+    reports = make_reports(D, np.full(m, 10), losses=losses, client_ids=np.arange(m), num_clients=m)
+    rule = _rule_on_backend("fedfv", "auto")
+    state = rule.init(theta, m)
+    A = np.random.default_rng([seed, m, d, 3]).standard_normal((PEAK_N, PEAK_N))
+    flat = D.reshape(-1)
+    fns = {
+        "step": lambda: rule.step(theta, reports, state),
+        "peak": lambda: A @ A,
+        "probe": lambda: read_probe(flat),
+    }
+    t = median_time(fns, repeats, settle=0.2)
+    flops = m * (m + 1) * d + 4 * m * d + 4 * m**3
+    nbytes = 3 * D.nbytes  # read for DDᵀ, read for W @ D, the window's copy written
+    peak, bw = 2 * PEAK_N**3 / t["peak"], D.nbytes / t["probe"]
+    roof = max(flops / peak, nbytes / bw)
+    return {
+        "m": m,
+        "d": d,
+        "backend": rule.hyperparams["backend"],
+        "threads": numba_num_threads(),
+        "t_step_s": t["step"],
+        "peak_GFLOPs": peak / 1e9,
+        "probe_GBps": bw / 1e9,
+        "roofline_s": roof,
+        "bound": "flops" if flops / peak >= nbytes / bw else "bytes",
+        "step_over_roofline": t["step"] / roof,
+    }
+
+
 def print_table(rows: list[dict], threads_used: int, load: str = "idle") -> None:
     tag = f"[{load}]"
     print(
@@ -225,6 +273,30 @@ def print_table(rows: list[dict], threads_used: int, load: str = "idle") -> None
             )
 
 
+def print_default_path(rows: list[dict], load: str) -> None:
+    tag = f"[{load}]"
+    print()
+    print(
+        f"{tag} Default path: rule.step of fedfv as simulate builds it (backend='auto', alpha "
+        "0.1, tau 1), all threads, against max(flops / peak GEMM, 3·m·d·8 bytes / read probe):"
+    )
+    print(f"{'m':>5}{'d':>9}{'backend':>9}{'threads':>9}{'step ms':>9}{'roof ms':>9}{'bound':>7}"
+          f"{'× roof':>8}")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['m']:>5}{r['d']:>9}{r['backend']:>9}{r['threads']:>9}{r['t_step_s'] * 1e3:>9.2f}"
+            f"{r['roofline_s'] * 1e3:>9.2f}{r['bound']:>7}{r['step_over_roofline']:>8.2f}"
+        )
+        if (r["m"], r["d"]) not in TARGET_ROOF_CASES:
+            continue
+        ok = r["step_over_roofline"] <= TARGET_ROOF
+        print(
+            f"{tag} target: the default step <= {TARGET_ROOF:g}x its roofline on {r['threads']} "
+            f"threads at m = {r['m']}, d = {r['d']}: {r['step_over_roofline']:.2f}x, "
+            f"{'met' if ok else 'NOT met'}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
@@ -257,10 +329,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['gram_over_roofline']:.2f}x roofline",
                     flush=True,
                 )
+    default_rows = []
+    for load in loads(args.load):  # on every thread the process has, as an experiment runs
+        for m, d, repeats in cases:
+            row = measure_default_path(m, d, repeats, args.seed)
+            default_rows.append({"load": load, **row})
     elapsed = time.perf_counter() - start
     for load in LOADS[args.load]:
         print()
         print_table([r for r in rows if r["load"] == load], args.threads, load)
+        print_default_path([r for r in default_rows if r["load"] == load], load)
     try:
         from threadpoolctl import threadpool_info
 
@@ -287,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         "load": args.load,
     }
     write_results(args.out, "bench_fedfv", rows, meta)
+    write_results(args.out, "bench_fedfv_default", default_rows, meta)
     print(f"total {elapsed:.0f} s; wrote {args.out}/bench_fedfv.csv and .json")
     return 0
 
