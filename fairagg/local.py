@@ -32,7 +32,15 @@ Conventions
   SeedSequence, PCG64 and shuffle, re-implemented and tested equal to NumPy's generator): creating a
   NumPy generator per client cost as much as a small client's training.
 - [`sgd_reference`][fairagg.local.sgd_reference] is the same algorithm in plain NumPy on the model's
-  NumPy gradient: the specification the Numba kernel is tested against.
+  NumPy gradient: the specification the Numba kernel is tested against. The kernel takes the
+  same steps in another order of floating-point operations (a whole minibatch at a time, in
+  zero-padded scratch arrays, with vectorised e^x and tanh within a few ulp of NumPy's), so it
+  equals the reference to round-off, not bit for bit: after every step its update differs from
+  the reference's by at most 1e-12 of the update's largest entry in float64 (tested for every
+  variant: both models, tanh and ReLU, momentum, the proximal term, L2, PropFair's branches,
+  float32 to the float32 tolerance). On one thread of a busy two-core host it ran the default
+  experiment's round 18-55× (logistic regression) and 8-16× (the 60-32-10 MLP) faster than the
+  reference loop (``validate/bench_local_sgd.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ named 'models'" (delete ``models/__pycache__`` if it ever does).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir  # type: ignore[import-untyped]
+from numba import njit, types
+from numba.extending import intrinsic
 
 ACT_TANH = 0
 ACT_RELU = 1
@@ -448,15 +450,295 @@ def shuffles(entropy, n, epochs):
 # They live beside the kernel they call: Numba's on-disk cache is invalidated per source file,
 # so a caller in another file would keep running a stale copy of an edited kernel. They release
 # the GIL: models._parallel runs one client per call on its threads.
+#
+# A training step works on whole minibatches, in scratch arrays whose rows are padded with zeros
+# to a multiple of ``_LANES`` entries: the batch's rows gathered into ``Xb`` (nb × P), the
+# weights in a padded copy of the parameter vector (W1 (H × P) | b1 | W2 (C × HP) | b2, logistic
+# W (C × P) | b; P, HP: p, H rounded up), the momentum, θ and the gradient alike. Every inner loop
+# then runs over a multiple of the vector width with no scalar remainder, the logits are computed
+# four rows at a time (each weight row loaded once for four dot products), the weight gradients
+# as four-row rank updates, and the exponentials and tanh as vectorisable loops (``_exp``,
+# ``_tanh``; libm's are scalar calls, about 11 and 22 ns each on the development host against
+# 2-3 and 3-6 ns vectorised: 32 tanh a row were the MLP's largest cost). The zero pads stay zero
+# (their inputs, weights, gradients and momenta are 0) and are never copied out. Functions with a
+# division state ``error_model="numpy"``: Python's zero-division check is an exception path that
+# kept LLVM from inlining them and the loops that call them scalar. Equal to
+# ``fairagg.local.sgd_reference`` to round-off, step by step (tests/test_local_steps.py): new
+# training bits against the kernel of before (issue 38), no change of algorithm.
+
+#: Padding unit of the scratch rows: 8 doubles, one AVX-512 register (two AVX2 ones).
+_LANES = 8
+
+_LOG2E = 1.4426950408889634
+# fdlibm's split of ln 2: _LN2_HI has 32 trailing zero bits, so k · _LN2_HI is exact for |k| < 2^20
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+
+
+@intrinsic
+def _pow2(typingctx, k):
+    """2.0 ** k for an int64 k in [-1022, 1023], built from its exponent bits."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        bits = builder.shl(builder.add(args[0], ir.Constant(i64, 1023)), ir.Constant(i64, 52))
+        return builder.bitcast(bits, ir.DoubleType())
+
+    return sig, codegen
+
+
+# Only "contract" (FMA): the range reduction below must be evaluated in the order written, which
+# "reassoc" would allow LLVM to change. Stated explicitly so that a fast-math caller's flags are
+# never inherited (tests/test_compiled_flags.py).
+@njit(cache=True, fastmath={"contract"}, inline="always", error_model="numpy")
+def _exp_body(x):
+    """e^x in float64 for x ≤ 709 (NaN stays NaN, x < −708 gives 0), in a form LLVM vectorises.
+
+    x = k ln 2 + r with k = round(x / ln 2) and |r| ≤ ln 2 / 2 (Cody-Waite, two-part ln 2), e^r by
+    its Taylor polynomial of degree 13 (truncation below 1e-17 relative), times 2^k from its
+    bits. Within 2 ulp of ``np.exp`` on [−708, 709] (tested); below −708, e^x < 3.3e-308 is
+    returned as 0.
+    """
+    xc = x if x > -708.0 else -708.0
+    kf = np.floor(xc * _LOG2E + 0.5)
+    r = (xc - kf * _LN2_HI) - kf * _LN2_LO
+    q = 1.0 / 6227020800.0
+    q = q * r + 1.0 / 479001600.0
+    q = q * r + 1.0 / 39916800.0
+    q = q * r + 1.0 / 3628800.0
+    q = q * r + 1.0 / 362880.0
+    q = q * r + 1.0 / 40320.0
+    q = q * r + 1.0 / 5040.0
+    q = q * r + 1.0 / 720.0
+    q = q * r + 1.0 / 120.0
+    q = q * r + 1.0 / 24.0
+    q = q * r + 1.0 / 6.0
+    q = q * r + 0.5
+    q = q * r + 1.0
+    q = q * r + 1.0
+    e = q * _pow2(np.int64(kf))
+    e = e if x >= -708.0 else 0.0
+    return x if x != x else e
+
+
+@njit(cache=True, fastmath={"contract"}, error_model="numpy")
+def _exp(x):
+    """``_exp_body`` as a function of its own (LLVM inlines it into the loops that call it)."""
+    return _exp_body(x)
+
+
+@njit(cache=True, fastmath={"contract"}, error_model="numpy")
+def _tanh(a):
+    """tanh(a) in float64, in a form LLVM vectorises: 1 − 2 / (e^{2|a|} + 1) with the sign of a,
+    and its Taylor polynomial to a¹⁵ where |a| < 0.15 (truncation below 1e-16 relative; the
+    subtraction would lose relative accuracy there). Within 4e-15 relative of ``np.tanh``
+    (tested)."""
+    ax = abs(a)
+    # _exp_body inlined here (a call of _exp inside _tanh kept the callers' loops scalar)
+    t = _exp_body(2.0 * (ax if ax < 20.0 else 20.0))  # tanh(20) rounds to 1
+    big = 1.0 - 2.0 / (t + 1.0)
+    a2 = a * a
+    small = a2 * (-929569.0 / 638512875.0) + 21844.0 / 6081075.0
+    small = small * a2 - 1382.0 / 155925.0
+    small = small * a2 + 62.0 / 2835.0
+    small = small * a2 - 17.0 / 315.0
+    small = small * a2 + 2.0 / 15.0
+    small = small * a2 - 1.0 / 3.0
+    small = ax + ax * (small * a2)
+    h = small if ax < 0.15 else big
+    h = h if a >= 0.0 else -h
+    return a if a != a else h
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _padded(n):
+    """``n`` rounded up to a multiple of ``_LANES``."""
+    return (n + _LANES - 1) // _LANES * _LANES
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _padded_index(p, H, C):
+    """Position in the padded layout of every entry of the flat parameter vector."""
+    P = _padded(p)
+    if H == 0:
+        idx = np.empty(C * p + C, dtype=np.int64)
+        q = 0
+        for o in range(C):  # W
+            for j in range(p):
+                idx[q] = o * P + j
+                q += 1
+        for c in range(C):  # b
+            idx[q] = C * P + c
+            q += 1
+        return idx
+    HP = _padded(H)
+    idx = np.empty(H * p + H + C * H + C, dtype=np.int64)
+    q = 0
+    for k in range(H):  # W1
+        for j in range(p):
+            idx[q] = k * P + j
+            q += 1
+    for k in range(H):  # b1
+        idx[q] = H * P + k
+        q += 1
+    w2 = H * P + H
+    for c in range(C):  # W2
+        for k in range(H):
+            idx[q] = w2 + c * HP + k
+            q += 1
+    for c in range(C):  # b2
+        idx[q] = w2 + C * HP + c
+        q += 1
+    return idx
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _dense_block(wp, w_ofs, b_ofs, Xin, nb, out, n_out):
+    """``out[i] = W Xin[i] + b`` for the rows ``i < nb`` of ``Xin`` (row length n_in, a multiple
+    of ``_LANES``, zero-padded), W (n_out, n_in) at ``wp[w_ofs:]``, b at ``wp[b_ofs:]``: four
+    rows at a time (then two, then one) share each row of W, every dot product summed from 0 and
+    the bias added last (as ``dense_rows``)."""
+    n_in = Xin.shape[1]
+    i = 0
+    while i + 4 <= nb:
+        x0, x1, x2, x3 = Xin[i], Xin[i + 1], Xin[i + 2], Xin[i + 3]
+        for o in range(n_out):
+            w = wp[w_ofs + o * n_in : w_ofs + (o + 1) * n_in]
+            a0 = a1 = a2 = a3 = 0.0
+            for j in range(n_in):
+                wj = w[j]
+                a0 += x0[j] * wj
+                a1 += x1[j] * wj
+                a2 += x2[j] * wj
+                a3 += x3[j] * wj
+            bo = wp[b_ofs + o]
+            out[i, o] = a0 + bo
+            out[i + 1, o] = a1 + bo
+            out[i + 2, o] = a2 + bo
+            out[i + 3, o] = a3 + bo
+        i += 4
+    if i + 2 <= nb:
+        x0, x1 = Xin[i], Xin[i + 1]
+        for o in range(n_out):
+            w = wp[w_ofs + o * n_in : w_ofs + (o + 1) * n_in]
+            a0 = a1 = 0.0
+            for j in range(n_in):
+                wj = w[j]
+                a0 += x0[j] * wj
+                a1 += x1[j] * wj
+            bo = wp[b_ofs + o]
+            out[i, o] = a0 + bo
+            out[i + 1, o] = a1 + bo
+        i += 2
+    if i < nb:
+        x = Xin[i]
+        for o in range(n_out):
+            w = wp[w_ofs + o * n_in : w_ofs + (o + 1) * n_in]
+            acc = 0.0
+            for j in range(n_in):
+                acc += x[j] * w[j]
+            out[i, o] = acc + wp[b_ofs + o]
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _dense_grad(gp, w_ofs, b_ofs, D, Xin, nb, n_out):
+    """Weight and bias gradients of a dense layer: ``W_grad[o] = Σ_i D[i, o] Xin[i]`` (rows
+    ``i < nb``, row length n_in a multiple of ``_LANES``) into ``gp[w_ofs:]``, ``b_grad[o] =
+    Σ_i D[i, o]`` into ``gp[b_ofs:]``; four rows of ``Xin`` (then two, then one) per pass over a
+    gradient row."""
+    n_in = Xin.shape[1]
+    for o in range(n_out):
+        g = gp[w_ofs + o * n_in : w_ofs + (o + 1) * n_in]
+        for j in range(n_in):
+            g[j] = 0.0
+        sb = 0.0
+        i = 0
+        while i + 4 <= nb:
+            x0, x1, x2, x3 = Xin[i], Xin[i + 1], Xin[i + 2], Xin[i + 3]
+            d0, d1, d2, d3 = D[i, o], D[i + 1, o], D[i + 2, o], D[i + 3, o]
+            for j in range(n_in):
+                g[j] += d0 * x0[j] + d1 * x1[j] + d2 * x2[j] + d3 * x3[j]
+            sb += (d0 + d1) + (d2 + d3)
+            i += 4
+        if i + 2 <= nb:
+            x0, x1 = Xin[i], Xin[i + 1]
+            d0, d1 = D[i, o], D[i + 1, o]
+            for j in range(n_in):
+                g[j] += d0 * x0[j] + d1 * x1[j]
+            sb += d0 + d1
+            i += 2
+        if i < nb:
+            x = Xin[i]
+            d0 = D[i, o]
+            for j in range(n_in):
+                g[j] += d0 * x[j]
+            sb += d0
+        gp[b_ofs + o] = sb
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _hidden_grad(wp, w2, D, dH, nb, C):
+    """``dH[i] = Σ_c D[i, c] W2[c]`` for the rows ``i < nb`` (W2 (C, HP) at ``wp[w2:]``, HP the
+    padded row length of ``dH``): four rows of W2 per pass over a row of ``dH``."""
+    HP = dH.shape[1]
+    for i in range(nb):
+        dh = dH[i]
+        for k in range(HP):
+            dh[k] = 0.0
+        c = 0
+        while c + 4 <= C:
+            z0, z1, z2, z3 = D[i, c], D[i, c + 1], D[i, c + 2], D[i, c + 3]
+            v0 = wp[w2 + c * HP : w2 + (c + 1) * HP]
+            v1 = wp[w2 + (c + 1) * HP : w2 + (c + 2) * HP]
+            v2 = wp[w2 + (c + 2) * HP : w2 + (c + 3) * HP]
+            v3 = wp[w2 + (c + 3) * HP : w2 + (c + 4) * HP]
+            for k in range(HP):
+                dh[k] += z0 * v0[k] + z1 * v1[k] + z2 * v2[k] + z3 * v3[k]
+            c += 4
+        while c < C:
+            z0 = D[i, c]
+            v0 = wp[w2 + c * HP : w2 + (c + 1) * HP]
+            for k in range(HP):
+                dh[k] += z0 * v0[k]
+            c += 1
+
+
+@njit(cache=True, fastmath=_FASTMATH, error_model="numpy")
+def _softmax_rows(Z, lab, nb, C, inv, need_loss):
+    """The rows ``i < nb`` of the logits ``Z`` become ``(softmax − onehot) · inv`` (dF/dz of the
+    batch mean); returns Σ_i of the cross-entropy when ``need_loss`` (else 0). The exponentials
+    run as one loop over the batch (``_exp``)."""
+    loss = 0.0
+    for i in range(nb):
+        zmax = Z[i, 0]
+        for c in range(1, C):
+            zmax = Z[i, c] if Z[i, c] > zmax else zmax
+        for c in range(C):
+            Z[i, c] = Z[i, c] - zmax
+        if need_loss:
+            loss -= Z[i, lab[i]]
+    z = Z[:nb].reshape(nb * C)  # one loop over the batch: whole vectors, few remainders
+    for q in range(nb * C):
+        z[q] = _exp(np.float64(z[q]))
+    for i in range(nb):
+        s = 0.0
+        for c in range(C):
+            s += Z[i, c]
+        if need_loss:
+            loss += np.log(np.float64(s))
+        f = inv / s
+        for c in range(C):
+            Z[i, c] *= f
+        Z[i, lab[i]] -= inv
+    return loss
 
 
 @njit(cache=True, nogil=True)
 def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
     ``delta``. F_k(theta) and the training accuracy of theta are not computed here: the caller
-    evaluates them with the blocked evaluation ``FlatModel._evaluate_one`` (about 50 ns a row
-    against 170 for this kernel's row-by-row forward pass of the 60 × 10 logistic model, and then
-    equal to ``evaluate_clients`` on the client's rows bit for bit).
+    evaluates them with the blocked evaluation ``FlatModel._evaluate_one``.
 
     The client owns the ``n`` rows ``lo : lo + n`` of ``X``; each epoch visits them in the order
     of a fresh ``rng.permutation(n)`` of ``rng = np.random.default_rng(entropy)`` (``entropy``
@@ -464,44 +746,139 @@ def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     ``hyper = (epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber)``; ``pf_m > 0``
     trains on PropFair's surrogate −log(1 − f/M) of each minibatch loss f: the minibatch gradient
     is scaled by 1/(M − f), or by 1/M (1/ε when ``pf_huber``) where M − f < ε (SPEC §6).
+    Each step computes the batch's mean gradient (+ l2 · weights) in the padded scratch layout
+    described above, then ``g ← scale · g + prox (w − θ)``, ``v ← mu v + g``, ``w ← w − lr v``
+    (``_sgd_epoch``).
     """
     epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber = hyper
-    d = theta.size
-    work = np.empty(work_size(H, C), dtype=theta.dtype)
-    w = theta.copy()
-    v = np.zeros(d, dtype=theta.dtype)
-    g = np.empty(d, dtype=theta.dtype)
+    dt = theta.dtype
+    p = X.shape[1]
+    P = _padded(p)
+    idx = _padded_index(p, H, C)
+    dp = C * P + C if H == 0 else H * P + H + C * _padded(H) + C
+    wp = np.zeros(dp, dtype=dt)
+    tp = np.zeros(dp, dtype=dt)
+    for q in range(theta.size):
+        tp[idx[q]] = theta[q]
+        wp[idx[q]] = theta[q]
+    vp = np.zeros(dp, dtype=dt)
+    gp = np.zeros(dp, dtype=dt)
+    nbmax = min(B, n)
+    HP = max(_padded(H), 1)
+    Xb = np.zeros((nbmax, P), dtype=dt)
+    scratch = (
+        Xb,
+        np.empty(nbmax, dtype=np.int64),  # the batch's labels
+        np.empty((nbmax, C), dtype=dt),  # logits, then dF/dz
+        np.empty((nbmax, max(H, 1)), dtype=dt),  # pre-activations
+        np.zeros((nbmax, HP), dtype=dt),  # hidden activations (zero pads)
+        np.zeros((nbmax, HP), dtype=dt),  # dF/dh, then dF/da
+    )
     st = _rng_state(entropy)
     order = np.empty(n, dtype=np.int64)
     for _ in range(epochs):
         _shuffle_into(order, st)
-        for i in range(n):
-            order[i] += lo
-        for s in range(0, n, B):
-            stop = min(s + B, n)
-            f, _ = batch_loss_grad(w, X, y, order, s, stop, H, C, act, l2, g, work, pf_m > 0.0)
-            if pf_m > 0.0:
-                gap = pf_m - f
-                if gap >= pf_eps:
-                    scale = 1.0 / gap
-                elif pf_huber:
-                    scale = 1.0 / pf_eps
-                else:
-                    scale = 1.0 / pf_m
-                for q in range(d):
-                    g[q] *= scale
-            if prox != 0.0:
-                for q in range(d):
-                    g[q] += prox * (w[q] - theta[q])
-            if mu != 0.0:
-                for q in range(d):
-                    v[q] = mu * v[q] + g[q]
-                    w[q] -= lr * v[q]
+        _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch)
+    for q in range(theta.size):
+        delta[q] = theta[q] - wp[idx[q]]
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
+    """One epoch of ``sgd_one_client`` on the padded parameters ``wp`` (momentum ``vp``,
+    gradient ``gp``, θ ``tp``): the batches of ``order`` (row ``lo + order[i]`` of ``X``)."""
+    _, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber = hyper
+    Xb, lab, Z, A, Hh, dH = scratch
+    n = order.size
+    p = X.shape[1]
+    P = Xb.shape[1]
+    dp = wp.size
+    if H == 0:
+        w2, b2, w_hi1, HP = 0, C * P, 0, 0
+    else:
+        HP = Hh.shape[1]
+        w2, b2, w_hi1 = H * P + H, H * P + H + C * HP, H * P
+    need_loss = pf_m > 0.0
+    for s in range(0, n, B):
+        nb = min(s + B, n) - s
+        for i in range(nb):
+            r = lo + order[s + i]
+            xr = X[r]
+            xb = Xb[i]
+            for j in range(p):
+                xb[j] = xr[j]
+            lab[i] = y[r]
+        inv = 1.0 / nb
+        if H == 0:
+            _dense_block(wp, 0, b2, Xb, nb, Z, C)
+        else:
+            _dense_block(wp, 0, w_hi1, Xb, nb, A, H)
+            if act == ACT_TANH:  # the test outside the loops: each loop vectorises on its own
+                for i in range(nb):
+                    for k in range(H):
+                        Hh[i, k] = _tanh(np.float64(A[i, k]))
             else:
-                for q in range(d):
-                    w[q] -= lr * g[q]
-    for q in range(d):
-        delta[q] = theta[q] - w[q]
+                for i in range(nb):
+                    for k in range(H):
+                        Hh[i, k] = A[i, k] if A[i, k] > 0.0 else 0.0
+            _dense_block(wp, w2, b2, Hh, nb, Z, C)
+        f = _softmax_rows(Z, lab, nb, C, inv, need_loss)  # Z becomes dF/dz
+        if H == 0:
+            _dense_grad(gp, 0, b2, Z, Xb, nb, C)
+        else:
+            _hidden_grad(wp, w2, Z, dH, nb, C)  # dF/dh = dF/dz W2
+            _dense_grad(gp, w2, b2, Z, Hh, nb, C)
+            if act == ACT_TANH:
+                for i in range(nb):
+                    for k in range(H):
+                        dH[i, k] *= 1.0 - Hh[i, k] * Hh[i, k]
+            else:
+                for i in range(nb):
+                    for k in range(H):
+                        dH[i, k] = 0.0 if A[i, k] <= 0.0 else dH[i, k]
+            _dense_grad(gp, 0, w_hi1, dH, Xb, nb, H)
+        if need_loss:
+            reg = 0.0
+            if l2 != 0.0:
+                for q in range(w_hi1):
+                    reg += wp[q] * wp[q]
+                for q in range(w2, b2):
+                    reg += wp[q] * wp[q]
+            f = f * inv + 0.5 * l2 * reg
+            gap = pf_m - f
+            if gap >= pf_eps:
+                scale = 1.0 / gap
+            elif pf_huber:
+                scale = 1.0 / pf_eps
+            else:
+                scale = 1.0 / pf_m
+            if l2 != 0.0:
+                for q in range(w_hi1):
+                    gp[q] = (gp[q] + l2 * wp[q]) * scale
+                for q in range(w_hi1, w2):
+                    gp[q] *= scale
+                for q in range(w2, b2):
+                    gp[q] = (gp[q] + l2 * wp[q]) * scale
+                for q in range(b2, dp):
+                    gp[q] *= scale
+            else:
+                for q in range(dp):
+                    gp[q] *= scale
+        elif l2 != 0.0:
+            for q in range(w_hi1):
+                gp[q] += l2 * wp[q]
+            for q in range(w2, b2):
+                gp[q] += l2 * wp[q]
+        if prox != 0.0:
+            for q in range(dp):
+                gp[q] += prox * (wp[q] - tp[q])
+        if mu != 0.0:
+            for q in range(dp):
+                vp[q] = mu * vp[q] + gp[q]
+                wp[q] -= lr * vp[q]
+        else:
+            for q in range(dp):
+                wp[q] -= lr * gp[q]
 
 
 # --- one gradient per client (the SGD-type rules: q-FedSGD, AFL) -----------------------------

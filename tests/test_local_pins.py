@@ -1,8 +1,10 @@
 """Local SGD's trained models pinned to their bits: every branch of the kernel (momentum, the
 proximal term, L2, ReLU and tanh, float32, PropFair's surrogate, one-row and full batches),
 recorded before the kernel's optimisations of issue 22 so that a faster kernel provably trains
-the same models. ``test_parallel.py`` pins a whole FedAvg trajectory of the default
-configuration; this file pins one round of ``train_clients`` for each variant.
+the same models, and re-recorded once when issue 38 allowed new training bits (the blocked
+minibatch kernel: round-off from the NumPy loop step by step, ``test_local_steps.py``); pinned
+since. ``test_parallel.py`` pins a whole FedAvg trajectory of the default configuration; this
+file pins one round of ``train_clients`` for each variant.
 
 Bitwise on the CPU the pins were recorded on; Numba compiles for the host, so another CPU may
 reassociate the dot products differently and is held to round-off. Re-record (only for a change
