@@ -262,6 +262,7 @@ nav:
 {guides}
   - API reference:
 {api}
+  - Changelog: changelog.md
 """
 
 
