@@ -129,6 +129,39 @@ def _box_sum(z, lo, hi, t):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _heap_sort(v):  # pragma: no cover - compiled
+    """Sort the finite ``v`` in place, ascending (heapsort, O(n log n)). np.sort's compiled
+    quicksort took 2-3 s of the solver's first compilation (a dozen helper functions); the
+    values sorted are the same (only zeros of either sign may trade places, and S takes the same
+    value at t = 0 and t = −0)."""
+    n = v.shape[0]
+    for start in range(n // 2 - 1, -1, -1):
+        _sift_down(v, start, n)
+    for end in range(n - 1, 0, -1):
+        top = v[0]
+        v[0] = v[end]
+        v[end] = top
+        _sift_down(v, 0, end)
+
+
+@numba.njit(cache=True, inline="always")
+def _sift_down(v, root, n):  # pragma: no cover - compiled
+    """Restore the max-heap order of v[:n] below ``root``."""
+    x = v[root]
+    i = root
+    child = 2 * i + 1
+    while child < n:
+        if child + 1 < n and v[child + 1] > v[child]:
+            child += 1
+        if not v[child] > x:
+            break
+        v[i] = v[child]
+        i = child
+        child = 2 * i + 1
+    v[i] = x
+
+
+@numba.njit(cache=True)
 def _box_crossing(z, lo, hi, s):  # pragma: no cover - compiled
     """(t_a, t_b): consecutive distinct breakpoints of S with S(t_a) > s ≥ S(t_b) (t_a = −inf
     when S(first) ≤ s), by bisection with S evaluated afresh at each breakpoint."""
@@ -141,7 +174,8 @@ def _box_crossing(z, lo, hi, s):  # pragma: no cover - compiled
             ne += 1
         ev[ne] = z[i] - lo[i]
         ne += 1
-    ev = np.sort(ev[:ne])
+    ev = ev[:ne]
+    _heap_sort(ev)
     # S(last) = Σlo ≤ s (the caller's check allows Σlo to exceed s by round-off: b is then the
     # last breakpoint).
     a, b = -1, ne - 1
@@ -562,141 +596,171 @@ def _bordered_kkt(A, b, x, state, free, nf, total):  # pragma: no cover - compil
 _REFACTOR_EVERY = 64
 
 
-@numba.njit(cache=True, fastmath=_REASSOC)
-def _active_set(  # pragma: no cover - compiled
-    A, b, lo, hi, total, x, state, max_iter, tol, definite, L, free, nf0, age0
-):
-    """Primal active-set method (Nocedal & Wright, Alg. 16.3) on a box-simplex.
+def _qualified(name):
+    """Name a compiled function's variant (its events, its cache file): ``_active_set_method``
+    and ``_qp_method`` build two functions each from one definition."""
 
-    ``x`` is feasible and consistent with ``state`` (0 free, 1 at lower, 2 at upper) with at least
-    one free coordinate. For a positive definite A (``definite``) the Cholesky factor of A_FF is
-    computed once and then updated as coordinates join (a triangular solve) or leave (Givens
-    rotations) the free set, O(K²) per iteration; otherwise each free-set system is solved by LU.
+    def rename(fn):
+        fn.__name__ = fn.__qualname__ = name
+        return fn
 
-    ``L`` (K, K) and ``free`` (K,) are the caller's buffers for the factor and the order of F. If
-    ``nf0`` ≥ 0 they already hold the factor of A_FF for F = free[:nf0], ``age0`` updates old; it is
-    used when F is the start's free set (a warm start from the previous solution), and refactorised
-    otherwise. On return they hold the final free set's factor.
-    Returns (x, state, ν, iterations, status, nf, age): status 0 converged, 1 iteration limit, 2
-    the free-set system failed with nothing to drop; nf = |F| and age = updates since the last
-    factorisation (nf = −1: no valid factor).
+    return rename
+
+
+def _active_set_method(definite: bool):
+    """The compiled active-set method for a positive definite A (``definite``: a Cholesky factor
+    of A_FF, updated) or a semidefinite one (a bordered LU solve per free set).
+
+    ``definite`` is a constant of each compiled function, not an argument: numba drops the
+    branches it rules out before it compiles, so a run that only solves positive definite QPs
+    (every AAgFF-S step, FedMGDA+ on affinely independent updates) never compiles the bordered
+    LU path (``_bordered_kkt``, LAPACK's dgesv), and the LU variant compiles no Cholesky update.
     """
-    K = b.shape[0]
-    tabu = np.zeros(K, dtype=np.bool_)
-    last_freed = -1
-    nu = 0.0
-    # np.int64(0), not 0 (and np.int64(-1) below): numba types a variable first assigned a
-    # literal as that literal, and compiled every callee it reaches (_chol_kkt, _bordered_kkt,
-    # ...) once for Literal[int](0) and once for int64: 1.6 s of the first compilation.
-    nf = np.int64(0)
-    for j in range(K):
-        if state[j] == 0:
-            nf += 1
-    given = definite and nf0 == nf
-    for a in range(nf0 if given else 0):
-        given = given and state[free[a]] == 0
-    refactor = not given
-    updates = age0 if given else 0
-    if not given:
+
+    @numba.njit(cache=True, fastmath=_REASSOC)
+    @_qualified("_active_set_chol" if definite else "_active_set_lu")
+    def _active_set(  # pragma: no cover - compiled
+        A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
+    ):
+        """Primal active-set method (Nocedal & Wright, Alg. 16.3) on a box-simplex.
+
+        ``x`` is feasible and consistent with ``state`` (0 free, 1 at lower, 2 at upper) with
+        at least one free coordinate. For a positive definite A (``definite``) the Cholesky
+        factor of A_FF is computed once and then updated as coordinates join (a triangular
+        solve) or leave (Givens rotations) the free set, O(K²) per iteration; otherwise each
+        free-set system is solved by LU.
+
+        ``L`` (K, K) and ``free`` (K,) are the caller's buffers for the factor and the order of
+        F. If ``nf0`` ≥ 0 they already hold the factor of A_FF for F = free[:nf0], ``age0``
+        updates old; it is used when F is the start's free set (a warm start from the previous
+        solution), and refactorised otherwise. On return they hold the final free set's factor.
+
+        Returns (x, state, ν, iterations, status, nf, age): status 0 converged, 1 iteration
+        limit, 2 the free-set system failed with nothing to drop; nf = |F| and age = updates
+        since the last factorisation (nf = −1: no valid factor).
+        """
+        K = b.shape[0]
+        tabu = np.zeros(K, dtype=np.bool_)
+        last_freed = -1
+        nu = 0.0
+        # np.int64(0), not 0 (and np.int64(-1) below): numba types a variable first assigned a
+        # literal as that literal, and compiled every callee it reaches (_chol_kkt, _bordered_kkt,
+        # ...) once for Literal[int](0) and once for int64: 1.6 s of the first compilation.
         nf = np.int64(0)
         for j in range(K):
             if state[j] == 0:
-                free[nf] = j
                 nf += 1
-    for it in range(1, max_iter + 1):
-        if definite:
-            ok = True
-            if refactor or updates >= _REFACTOR_EVERY:
-                ok = _chol_free(A, free, nf, L)
-                refactor = False
-                updates = 0
-            if ok:
-                sol, nu_f = _chol_kkt(A, b, x, state, free, nf, L, total)
-        else:
-            sol, nu_f, ok = _bordered_kkt(A, b, x, state, free, nf, total)
-        if not ok:
-            # Degenerate free set (semidefinite A): the coordinate freed last is affinely
-            # dependent on the others to working precision, so it cannot lower the objective.
-            if last_freed < 0:
-                return x, state, nu, it, 2, -1, 0
-            j = last_freed
-            state[j] = 1 if x[j] <= lo[j] else 2
-            x[j] = lo[j] if state[j] == 1 else hi[j]
-            tabu[j] = True
-            last_freed = -1
-            for a in range(nf):  # it was appended last
-                if free[a] == j:
-                    free[a] = free[nf - 1]
-            nf -= 1
-            refactor = True
-            continue
-        nu = nu_f
-        alpha = 1.0
-        block = -1
-        block_at = np.int64(-1)
-        block_to = 0
-        if nf > 1:  # with one free coordinate the equality fixes it: no step to limit
+        given = definite and nf0 == nf
+        for a in range(nf0 if given else 0):
+            given = given and state[free[a]] == 0
+        refactor = not given
+        updates = age0 if given else 0
+        if not given:
+            nf = np.int64(0)
+            for j in range(K):
+                if state[j] == 0:
+                    free[nf] = j
+                    nf += 1
+        for it in range(1, max_iter + 1):
+            if definite:
+                ok = True
+                if refactor or updates >= _REFACTOR_EVERY:
+                    ok = _chol_free(A, free, nf, L)
+                    refactor = False
+                    updates = 0
+                if ok:
+                    sol, nu_f = _chol_kkt(A, b, x, state, free, nf, L, total)
+            else:
+                sol, nu_f, ok = _bordered_kkt(A, b, x, state, free, nf, total)
+            if not ok:
+                # Degenerate free set (semidefinite A): the coordinate freed last is affinely
+                # dependent on the others to working precision, so it cannot lower the objective.
+                if last_freed < 0:
+                    return x, state, nu, it, 2, -1, 0
+                j = last_freed
+                state[j] = 1 if x[j] <= lo[j] else 2
+                x[j] = lo[j] if state[j] == 1 else hi[j]
+                tabu[j] = True
+                last_freed = -1
+                for a in range(nf):  # it was appended last
+                    if free[a] == j:
+                        free[a] = free[nf - 1]
+                nf -= 1
+                refactor = True
+                continue
+            nu = nu_f
+            alpha = 1.0
+            block = -1
+            block_at = np.int64(-1)
+            block_to = 0
+            if nf > 1:  # with one free coordinate the equality fixes it: no step to limit
+                for a in range(nf):
+                    i = free[a]
+                    d = sol[a] - x[i]
+                    if d < 0.0:
+                        r = (lo[i] - x[i]) / d
+                        if r < alpha:
+                            alpha, block, block_at, block_to = r, i, a, 1
+                    elif d > 0.0 and hi[i] < np.inf:
+                        r = (hi[i] - x[i]) / d
+                        if r < alpha:
+                            alpha, block, block_at, block_to = r, i, a, 2
+            if block >= 0:
+                if alpha < 0.0:
+                    alpha = 0.0
+                for a in range(nf):
+                    i = free[a]
+                    x[i] += alpha * (sol[a] - x[i])
+                state[block] = block_to
+                x[block] = lo[block] if block_to == 1 else hi[block]
+                if definite and not refactor:
+                    _chol_delete(free, nf, L, block_at)
+                    updates += 1
+                else:
+                    for a in range(block_at, nf - 1):
+                        free[a] = free[a + 1]
+                nf -= 1
+                if alpha > 0.0:
+                    tabu[:] = False
+                elif block == last_freed:
+                    tabu[block] = True  # freed on a round-off-sized multiplier: keep it held
+                last_freed = -1
+                continue
+            moved = False
             for a in range(nf):
-                i = free[a]
-                d = sol[a] - x[i]
-                if d < 0.0:
-                    r = (lo[i] - x[i]) / d
-                    if r < alpha:
-                        alpha, block, block_at, block_to = r, i, a, 1
-                elif d > 0.0 and hi[i] < np.inf:
-                    r = (hi[i] - x[i]) / d
-                    if r < alpha:
-                        alpha, block, block_at, block_to = r, i, a, 2
-        if block >= 0:
-            if alpha < 0.0:
-                alpha = 0.0
-            for a in range(nf):
-                i = free[a]
-                x[i] += alpha * (sol[a] - x[i])
-            state[block] = block_to
-            x[block] = lo[block] if block_to == 1 else hi[block]
-            if definite and not refactor:
-                _chol_delete(free, nf, L, block_at)
+                moved = moved or sol[a] != x[free[a]]
+                x[free[a]] = sol[a]
+            if moved:  # progress: a coordinate held back as dependent may help again
+                tabu[:] = False
+            # x minimises over the current face: check the signs of the working set's multipliers
+            worst = tol
+            enter = np.int64(-1)
+            for j in range(K):
+                if state[j] == 0 or tabu[j]:
+                    continue
+                g = b[j]
+                for k in range(K):
+                    g += A[j, k] * x[k]
+                viol = nu - g if state[j] == 1 else g - nu
+                if viol > worst:
+                    worst, enter = viol, j
+            if enter < 0:
+                return x, state, nu, it, 0, nf if definite else -1, updates
+            state[enter] = 0
+            last_freed = enter
+            if definite and not refactor and _chol_append(A, free, nf, L, enter):
                 updates += 1
             else:
-                for a in range(block_at, nf - 1):
-                    free[a] = free[a + 1]
-            nf -= 1
-            if alpha > 0.0:
-                tabu[:] = False
-            elif block == last_freed:
-                tabu[block] = True  # freed on a round-off-sized multiplier: keep it held
-            last_freed = -1
-            continue
-        moved = False
-        for a in range(nf):
-            moved = moved or sol[a] != x[free[a]]
-            x[free[a]] = sol[a]
-        if moved:  # progress: a coordinate held back as dependent may help again
-            tabu[:] = False
-        # x minimises over the current face: check the signs of the working set's multipliers
-        worst = tol
-        enter = np.int64(-1)
-        for j in range(K):
-            if state[j] == 0 or tabu[j]:
-                continue
-            g = b[j]
-            for k in range(K):
-                g += A[j, k] * x[k]
-            viol = nu - g if state[j] == 1 else g - nu
-            if viol > worst:
-                worst, enter = viol, j
-        if enter < 0:
-            return x, state, nu, it, 0, nf if definite else -1, updates
-        state[enter] = 0
-        last_freed = enter
-        if definite and not refactor and _chol_append(A, free, nf, L, enter):
-            updates += 1
-        else:
-            free[nf] = enter
-            refactor = True
-        nf += 1
-    return x, state, nu, max_iter, 1, -1, 0
+                free[nf] = enter
+                refactor = True
+            nf += 1
+        return x, state, nu, max_iter, 1, -1, 0
+
+    return _active_set
+
+
+_active_set_chol = _active_set_method(True)
+_active_set_lu = _active_set_method(False)
 
 
 @numba.njit(cache=True)
@@ -819,74 +883,100 @@ def _absmax(v):  # pragma: no cover - compiled
     return max(max(m0, m1), max(m2, m3))
 
 
-@numba.njit(cache=True)
-def _qp(  # pragma: no cover - compiled
-    A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter, L, free, nf0, age0
-):
-    """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
+def _qp_method(definite: bool):
+    """``_qp`` for a positive definite A (``definite``) or a semidefinite one: each compiles
+    only its own active-set variant (see ``_active_set_method``)."""
 
-    ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0`` and
-    start there, 2 ``x0`` is already feasible. ``check``: prove A positive definite on a warm
-    start (a cold start always does). ``L``, ``free``, ``nf0``, ``age0``: the factor buffers of
-    ``_active_set`` (a given factor is only used on a warm start). Returns (x, state, ν,
-    iterations, status, kkt_residual, nf, age); status 3 means A is not positive definite.
-    """
-    K = b.shape[0]
-    fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf, -1, 0)
-    if warm == 1:
-        if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
-            return fail
-        # a start already in the box-simplex (the previous round's decision) is kept as it is
-        inside = True
-        s0 = 0.0
-        for i in range(K):
-            inside = inside and lo[i] <= x0[i] <= hi[i]
-            s0 += x0[i]
-        if inside and abs(s0 - total) <= 4.0 * K * 2.220446049250313e-16 * total:
+    @numba.njit(cache=True)
+    @_qualified("_qp_chol" if definite else "_qp_lu")
+    def _qp(  # pragma: no cover - compiled
+        A, b, amax, lo, hi, total, x0, warm, check, max_iter, L, free, nf0, age0
+    ):
+        """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
+
+        ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0``
+        and start there, 2 ``x0`` is already feasible (the only start of the semidefinite
+        variant, whose other branches are not compiled). ``check``: prove A positive definite on
+        a warm start (a cold start always does). ``L``, ``free``, ``nf0``, ``age0``: the factor
+        buffers of the active-set method (a given factor is only used on a warm start). Returns
+        (x, state, ν, iterations, status, kkt_residual, nf, age); status 3 means A is not
+        positive definite.
+        """
+        K = b.shape[0]
+        fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf, -1, 0)
+        if definite and warm == 1:
+            if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
+                return fail
+            # a start already in the box-simplex (the previous round's decision) is kept as it is
+            inside = True
+            s0 = 0.0
+            for i in range(K):
+                inside = inside and lo[i] <= x0[i] <= hi[i]
+                s0 += x0[i]
+            if inside and abs(s0 - total) <= 4.0 * K * 2.220446049250313e-16 * total:
+                x = x0.copy()
+            else:
+                x = _box_project(x0, lo, hi, total)
+            # Entries within round-off of a bound (Σx0 off by an ulp lifts zeros to ~1e-16) are
+            # put on the bound and held, their mass moved to the largest free entry; otherwise
+            # each would start free and be dropped one iteration at a time.
+            eps_g = 1e-12 * total
+            moved = 0.0
+            top = -1
+            for i in range(K):
+                if lo[i] < x[i] <= lo[i] + eps_g:
+                    moved += x[i] - lo[i]
+                    x[i] = lo[i]
+                elif hi[i] - eps_g <= x[i] < hi[i]:
+                    moved += x[i] - hi[i]
+                    x[i] = hi[i]
+                elif lo[i] < x[i] < hi[i] and (top < 0 or x[i] > x[top]):
+                    top = i
+            if top >= 0:
+                x[top] = min(max(x[top] + moved, lo[top]), hi[top])
+            state = _start_state(x, lo, hi, A, b)
+        elif definite and warm == 0:
+            # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
+            # whole of A is the positive-definiteness check), projected onto the box-simplex
+            for i in range(K):  # (a slice assignment compiles a shape check with its message)
+                free[i] = i
+            if not _chol_free(A, free, K, L):
+                return fail
+            sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
+            x = _box_project(sol, lo, hi, total)
+            state = _start_state(x, lo, hi, A, b)
+            nf0 = -1
+        else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
             x = x0.copy()
+            state = _start_state(x, lo, hi, A, b)
+        bmax = _absmax(b)
+        gscale = amax * _absmax(x) + bmax
+        tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
+        if definite:
+            x, state, nu, its, status, nf, age = _active_set_chol(
+                A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
+            )
         else:
-            x = _box_project(x0, lo, hi, total)
-        # Entries within round-off of a bound (Σx0 off by an ulp lifts zeros to ~1e-16) are put
-        # on the bound and held, their mass moved to the largest free entry; otherwise each would
-        # start free and be dropped one iteration at a time.
-        eps_g = 1e-12 * total
-        moved = 0.0
-        top = -1
-        for i in range(K):
-            if lo[i] < x[i] <= lo[i] + eps_g:
-                moved += x[i] - lo[i]
-                x[i] = lo[i]
-            elif hi[i] - eps_g <= x[i] < hi[i]:
-                moved += x[i] - hi[i]
-                x[i] = hi[i]
-            elif lo[i] < x[i] < hi[i] and (top < 0 or x[i] > x[top]):
-                top = i
-        if top >= 0:
-            x[top] = min(max(x[top] + moved, lo[top]), hi[top])
-        state = _start_state(x, lo, hi, A, b)
-    elif warm == 0:
-        # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
-        # whole of A is the positive-definiteness check), projected onto the box-simplex
-        for i in range(K):  # (a slice assignment compiles a shape check with its message)
-            free[i] = i
-        if not _chol_free(A, free, K, L):
-            return fail
-        sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
-        x = _box_project(sol, lo, hi, total)
-        state = _start_state(x, lo, hi, A, b)
-        nf0 = -1
-    else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
-        x = x0.copy()
-        state = _start_state(x, lo, hi, A, b)
-    bmax = _absmax(b)
-    gscale = amax * _absmax(x) + bmax
-    tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
-    x, state, nu, its, status, nf, age = _active_set(
-        A, b, lo, hi, total, x, state, max_iter, tol, definite, L, free, nf0, age0
-    )
-    gscale = amax * _absmax(x) + bmax
-    res = _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
-    return x, state, nu, its, status, res, nf, age
+            x, state, nu, its, status, nf, age = _active_set_lu(
+                A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
+            )
+        gscale = amax * _absmax(x) + bmax
+        res = _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
+        return x, state, nu, its, status, res, nf, age
+
+    return _qp
+
+
+_qp_chol = _qp_method(True)
+_qp_lu = _qp_method(False)
+
+
+def _qp(A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter, L, free, nf0, age0):
+    """Start (cold, warm or given), active-set loop and KKT residual in one compiled call:
+    ``_qp_chol`` for a positive definite A (``definite``), else ``_qp_lu``, each compiled only
+    when first called. Arguments and result as documented in ``_qp_method``."""
+    qp = _qp_chol if definite else _qp_lu
+    return qp(A, b, amax, lo, hi, total, x0, warm, check, max_iter, L, free, nf0, age0)
 
 
 def _check_qp(A: Any, b: Any, name_a: str = "A") -> tuple[np.ndarray, np.ndarray, float]:
@@ -1230,7 +1320,8 @@ def min_norm_weights(
     The answer gets one step of iterative refinement with G itself (adding c rounds G's entries to
     the scale of c), and ν and the KKT residual are G's. A solve whose free block is singular to
     working precision, or whose KKT residual on G is above 1e-10, is redone from the best vertex
-    with a bordered LU solve on each free set (O(m³) per iteration; degenerate problems only).
+    with a bordered LU solve on each free set (O(m³) per iteration; degenerate problems only),
+    a compiled path of its own that a process compiles only when it first takes it.
 
     FedMGDA+'s Gram matrix of m = 1000 normalised updates (d = 10⁴) is solved 6-82× faster than
     cvxpy+CLARABEL on the same matrix, 25-155× at m = 100-300 (one thread, a busy 2-core host;

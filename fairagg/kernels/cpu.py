@@ -161,7 +161,9 @@ def _rows_sum(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
     return partial.sum(axis=0)
 
 
-def weighted_update(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def weighted_update(
+    theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, bool]:
     """``θ − Σ_k weights_k δ_k`` for validated, C-contiguous inputs of one float dtype.
 
     Returns the result and, as a cheap finiteness witness, whether the sum of its entries is
@@ -338,95 +340,108 @@ def use_gram_kernel(m: int) -> bool:
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
-def _gram_tile4(D, P, i0, j0, lo, hi, nj):
-    # rows i0..i0+3 against rows j0..j0+nj-1 (nj = 4, 2 or 1) over the columns lo:hi, added to
-    # P: the accumulators stay in registers while the rows stream from L1/L2.
+def _gram_tile4x4(D, P, i0, j0, lo, hi):
+    # rows i0..i0+3 against rows j0..j0+3 over the columns lo:hi, added to P: the 16
+    # accumulators stay in registers while the rows stream from L1/L2. One function per tile
+    # shape, each inlined at its one call site: a single tile function with the shape as an
+    # argument was inlined whole at all three sites, which tripled the kernel's compile time.
     a0, a1, a2, a3 = D[i0, lo:hi], D[i0 + 1, lo:hi], D[i0 + 2, lo:hi], D[i0 + 3, lo:hi]
     n = hi - lo
-    if nj == 4:
-        c0, c1, c2, c3 = D[j0, lo:hi], D[j0 + 1, lo:hi], D[j0 + 2, lo:hi], D[j0 + 3, lo:hi]
-        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
-        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
-        for k in range(n):
-            x0 = np.float64(c0[k])
-            x1 = np.float64(c1[k])
-            x2 = np.float64(c2[k])
-            x3 = np.float64(c3[k])
-            y = np.float64(a0[k])
-            s00 += y * x0
-            s01 += y * x1
-            s02 += y * x2
-            s03 += y * x3
-            y = np.float64(a1[k])
-            s10 += y * x0
-            s11 += y * x1
-            s12 += y * x2
-            s13 += y * x3
-            y = np.float64(a2[k])
-            s20 += y * x0
-            s21 += y * x1
-            s22 += y * x2
-            s23 += y * x3
-            y = np.float64(a3[k])
-            s30 += y * x0
-            s31 += y * x1
-            s32 += y * x2
-            s33 += y * x3
-        P[i0, j0] += s00
-        P[i0, j0 + 1] += s01
-        P[i0, j0 + 2] += s02
-        P[i0, j0 + 3] += s03
-        P[i0 + 1, j0] += s10
-        P[i0 + 1, j0 + 1] += s11
-        P[i0 + 1, j0 + 2] += s12
-        P[i0 + 1, j0 + 3] += s13
-        P[i0 + 2, j0] += s20
-        P[i0 + 2, j0 + 1] += s21
-        P[i0 + 2, j0 + 2] += s22
-        P[i0 + 2, j0 + 3] += s23
-        P[i0 + 3, j0] += s30
-        P[i0 + 3, j0 + 1] += s31
-        P[i0 + 3, j0 + 2] += s32
-        P[i0 + 3, j0 + 3] += s33
-    elif nj == 2:
-        c0, c1 = D[j0, lo:hi], D[j0 + 1, lo:hi]
-        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = 0.0
-        for k in range(n):
-            x0 = np.float64(c0[k])
-            x1 = np.float64(c1[k])
-            y = np.float64(a0[k])
-            s00 += y * x0
-            s01 += y * x1
-            y = np.float64(a1[k])
-            s10 += y * x0
-            s11 += y * x1
-            y = np.float64(a2[k])
-            s20 += y * x0
-            s21 += y * x1
-            y = np.float64(a3[k])
-            s30 += y * x0
-            s31 += y * x1
-        P[i0, j0] += s00
-        P[i0, j0 + 1] += s01
-        P[i0 + 1, j0] += s10
-        P[i0 + 1, j0 + 1] += s11
-        P[i0 + 2, j0] += s20
-        P[i0 + 2, j0 + 1] += s21
-        P[i0 + 3, j0] += s30
-        P[i0 + 3, j0 + 1] += s31
-    else:
-        c0 = D[j0, lo:hi]
-        s0 = s1 = s2 = s3 = 0.0
-        for k in range(n):
-            x0 = np.float64(c0[k])
-            s0 += np.float64(a0[k]) * x0
-            s1 += np.float64(a1[k]) * x0
-            s2 += np.float64(a2[k]) * x0
-            s3 += np.float64(a3[k]) * x0
-        P[i0, j0] += s0
-        P[i0 + 1, j0] += s1
-        P[i0 + 2, j0] += s2
-        P[i0 + 3, j0] += s3
+    c0, c1, c2, c3 = D[j0, lo:hi], D[j0 + 1, lo:hi], D[j0 + 2, lo:hi], D[j0 + 3, lo:hi]
+    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+    s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
+    for k in range(n):
+        x0 = np.float64(c0[k])
+        x1 = np.float64(c1[k])
+        x2 = np.float64(c2[k])
+        x3 = np.float64(c3[k])
+        y = np.float64(a0[k])
+        s00 += y * x0
+        s01 += y * x1
+        s02 += y * x2
+        s03 += y * x3
+        y = np.float64(a1[k])
+        s10 += y * x0
+        s11 += y * x1
+        s12 += y * x2
+        s13 += y * x3
+        y = np.float64(a2[k])
+        s20 += y * x0
+        s21 += y * x1
+        s22 += y * x2
+        s23 += y * x3
+        y = np.float64(a3[k])
+        s30 += y * x0
+        s31 += y * x1
+        s32 += y * x2
+        s33 += y * x3
+    P[i0, j0] += s00
+    P[i0, j0 + 1] += s01
+    P[i0, j0 + 2] += s02
+    P[i0, j0 + 3] += s03
+    P[i0 + 1, j0] += s10
+    P[i0 + 1, j0 + 1] += s11
+    P[i0 + 1, j0 + 2] += s12
+    P[i0 + 1, j0 + 3] += s13
+    P[i0 + 2, j0] += s20
+    P[i0 + 2, j0 + 1] += s21
+    P[i0 + 2, j0 + 2] += s22
+    P[i0 + 2, j0 + 3] += s23
+    P[i0 + 3, j0] += s30
+    P[i0 + 3, j0 + 1] += s31
+    P[i0 + 3, j0 + 2] += s32
+    P[i0 + 3, j0 + 3] += s33
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
+def _gram_tile4x2(D, P, i0, j0, lo, hi):
+    # as _gram_tile4x4, rows i0..i0+3 against j0, j0+1
+    a0, a1, a2, a3 = D[i0, lo:hi], D[i0 + 1, lo:hi], D[i0 + 2, lo:hi], D[i0 + 3, lo:hi]
+    n = hi - lo
+    c0, c1 = D[j0, lo:hi], D[j0 + 1, lo:hi]
+    s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = 0.0
+    for k in range(n):
+        x0 = np.float64(c0[k])
+        x1 = np.float64(c1[k])
+        y = np.float64(a0[k])
+        s00 += y * x0
+        s01 += y * x1
+        y = np.float64(a1[k])
+        s10 += y * x0
+        s11 += y * x1
+        y = np.float64(a2[k])
+        s20 += y * x0
+        s21 += y * x1
+        y = np.float64(a3[k])
+        s30 += y * x0
+        s31 += y * x1
+    P[i0, j0] += s00
+    P[i0, j0 + 1] += s01
+    P[i0 + 1, j0] += s10
+    P[i0 + 1, j0 + 1] += s11
+    P[i0 + 2, j0] += s20
+    P[i0 + 2, j0 + 1] += s21
+    P[i0 + 3, j0] += s30
+    P[i0 + 3, j0 + 1] += s31
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
+def _gram_tile4x1(D, P, i0, j0, lo, hi):
+    # as _gram_tile4x4, rows i0..i0+3 against j0
+    a0, a1, a2, a3 = D[i0, lo:hi], D[i0 + 1, lo:hi], D[i0 + 2, lo:hi], D[i0 + 3, lo:hi]
+    n = hi - lo
+    c0 = D[j0, lo:hi]
+    s0 = s1 = s2 = s3 = 0.0
+    for k in range(n):
+        x0 = np.float64(c0[k])
+        s0 += np.float64(a0[k]) * x0
+        s1 += np.float64(a1[k]) * x0
+        s2 += np.float64(a2[k]) * x0
+        s3 += np.float64(a3[k]) * x0
+    P[i0, j0] += s0
+    P[i0 + 1, j0] += s1
+    P[i0 + 2, j0] += s2
+    P[i0 + 3, j0] += s3
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -451,13 +466,13 @@ def _gram_chunks(D, partial, c_lo, c_hi, wide):
             while i0 + 4 <= m:
                 j0 = i0
                 while wide and j0 + 4 <= m:
-                    _gram_tile4(D, P, i0, j0, lo, hi, 4)
+                    _gram_tile4x4(D, P, i0, j0, lo, hi)
                     j0 += 4
                 while j0 + 2 <= m:
-                    _gram_tile4(D, P, i0, j0, lo, hi, 2)
+                    _gram_tile4x2(D, P, i0, j0, lo, hi)
                     j0 += 2
                 if j0 < m:
-                    _gram_tile4(D, P, i0, j0, lo, hi, 1)
+                    _gram_tile4x1(D, P, i0, j0, lo, hi)
                 i0 += 4
             for i in range(i0, m):  # the last m mod 4 rows: one entry at a time
                 ri = D[i, lo:hi]
