@@ -799,6 +799,9 @@ def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
         HP = Hh.shape[1]
         w2, b2, w_hi1 = H * P + H, H * P + H + C * HP, H * P
     need_loss = pf_m > 0.0
+    # np.int64(0), not 0: a literal argument compiled _dense_block and _dense_grad a second time,
+    # for Literal[int](0), in every cold process
+    z0 = np.int64(0)
     for s in range(0, n, B):
         nb = min(s + B, n) - s
         for i in range(nb):
@@ -810,9 +813,9 @@ def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
             lab[i] = y[r]
         inv = 1.0 / nb
         if H == 0:
-            _dense_block(wp, 0, b2, Xb, nb, Z, C)
+            _dense_block(wp, z0, b2, Xb, nb, Z, C)
         else:
-            _dense_block(wp, 0, w_hi1, Xb, nb, A, H)
+            _dense_block(wp, z0, w_hi1, Xb, nb, A, H)
             if act == ACT_TANH:  # the test outside the loops: each loop vectorises on its own
                 for i in range(nb):
                     for k in range(H):
@@ -824,7 +827,7 @@ def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
             _dense_block(wp, w2, b2, Hh, nb, Z, C)
         f = _softmax_rows(Z, lab, nb, C, inv, need_loss)  # Z becomes dF/dz
         if H == 0:
-            _dense_grad(gp, 0, b2, Z, Xb, nb, C)
+            _dense_grad(gp, z0, b2, Z, Xb, nb, C)
         else:
             _hidden_grad(wp, w2, Z, dH, nb, C)  # dF/dh = dF/dz W2
             _dense_grad(gp, w2, b2, Z, Hh, nb, C)
@@ -836,7 +839,7 @@ def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
                 for i in range(nb):
                     for k in range(H):
                         dH[i, k] = 0.0 if A[i, k] <= 0.0 else dH[i, k]
-            _dense_grad(gp, 0, w_hi1, dH, Xb, nb, H)
+            _dense_grad(gp, z0, w_hi1, dH, Xb, nb, H)
         if need_loss:
             reg = 0.0
             if l2 != 0.0:
