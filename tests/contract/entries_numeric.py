@@ -114,8 +114,12 @@ def _kernel_entries() -> dict[str, Any]:
     out["fairagg.kernels.check_backend"] = Entry(
         valid=lambda draw: {"backend": draw(st.sampled_from(["numpy", "numba", "cuda"]))}
     )
+    out["fairagg.kernels.resolve_backend"] = Entry(
+        valid=lambda draw: {"backend": draw(st.sampled_from(["auto", "numpy", "numba", "cuda"]))}
+    )
     out["fairagg.kernels.cuda.available"] = Entry(valid=lambda draw: {})
     out["fairagg.kernels.BACKENDS"] = CONSTANT
+    out["fairagg.kernels.BACKEND_CHOICES"] = CONSTANT
     return out
 
 
