@@ -24,8 +24,11 @@ trainers reload them at the start of their calls.
 Targets (issue 38, item 5), for both models: at least 15× the NumPy loop and at least 25 % of
 the GEMM rate, one thread each.
 
-Run: ``python validate/bench_local_sgd.py [--out DIR] [--epochs E] [--repeats R]``; writes
-``DIR/bench_local_sgd.{csv,json}`` (default ``runs/bench``).
+``--load`` ``idle`` (default), ``busy`` (beside a process spinning on one core) or ``both``:
+each printed line labelled ``[idle]`` / ``[busy]``, a ``load`` column in the CSV and JSON.
+
+Run: ``python validate/bench_local_sgd.py [--out DIR] [--epochs E] [--repeats R] [--load L]``;
+writes ``DIR/bench_local_sgd.{csv,json}`` (default ``runs/bench``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import median_time, threads, write_results  # noqa: E402
+from _bench import LOADS, add_load_argument, loads, median_time, threads, write_results  # noqa: E402
 
 from fairagg.data import synthetic  # noqa: E402
 from fairagg.local import (  # noqa: E402
@@ -53,12 +56,13 @@ from fairagg.models._kernels import sgd_one_client  # noqa: E402
 from fairagg.sampling import sample_clients  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args()
+    add_load_argument(ap)
+    args = ap.parse_args(argv)
 
     data = synthetic(1, 1, 30, seed=0)
     S = sample_clients(30, 10, np.random.default_rng([0, 0, 0]))
@@ -67,7 +71,9 @@ def main() -> None:
     steps = int(n.sum()) * E  # sample-gradients per call
     rows = []
     A, Bm = np.random.default_rng(0).random((2, GEMM_N, GEMM_N))
-    for model in (LogisticRegression(60, 10), MLP(60, 10, n_hidden=32)):
+    models = (LogisticRegression(60, 10), MLP(60, 10, n_hidden=32))
+    # the spinner of "busy" runs while that load's models are measured (see _bench.loads)
+    for load, model in ((load, model) for load in loads(args.load) for model in models):
         theta = model.init_params(0) + 0.01
         orders = [client_shuffles(int(n[i]), E, 0, 0, int(k)) for i, k in enumerate(S)]
         parts = [data.client_train(int(k)) for k in S]
@@ -128,6 +134,7 @@ def main() -> None:
         train_rate = train / t1["training"]
         tall = median_time({"numba_all": numba_all}, args.repeats)
         row = {
+            "load": load,
             "model": type(model).__name__,
             "d": model.num_params,
             "sample_gradients": steps,
@@ -148,34 +155,44 @@ def main() -> None:
             ),
         }
         rows.append(row)
-    meta = {"clients": S.tolist(), "epochs": E, "batch_size": B, "cpus": os.cpu_count()}
+    meta = {"clients": S.tolist(), "epochs": E, "batch_size": B, "cpus": os.cpu_count(),
+            "load": args.load}  # fmt: skip
     write_results(args.out, "bench_local_sgd", rows, meta)
-    print(f"Local SGD, one round of the default experiment ({steps} sample-gradients per call)")
-    print(
-        f"{'model':<20}{'NumPy /s':>12}{'Numba 1t /s':>14}{'ratio':>8}{'Numba all /s':>15}"
-        f"{'ratio':>8}{'max rel diff':>14}"
-    )
-    for r in rows:
+    for load in LOADS[args.load]:
+        tag = f"[{load}] "
+        load_rows = [r for r in rows if r["load"] == load]
         print(
-            f"{r['model']:<20}{r['numpy_1thread_per_s']:>12.3g}{r['numba_1thread_per_s']:>14.3g}"
-            f"{r['speedup_1thread']:>7.1f}x{r['numba_all_threads_per_s']:>15.3g}"
-            f"{r['speedup_all_threads']:>7.1f}x{r['max_rel_diff']:>14.1e}"
+            f"{tag}Local SGD, one round of the default experiment ({steps} sample-gradients "
+            "per call)"
         )
-    print(f"\nOne thread, against the single-core GEMM (A @ B, n = {GEMM_N}) of this run:")
-    for r in rows:
         print(
-            f"{r['model']:<20}{r['numba_1thread_gflops']:>7.2f} GFLOP/s of "
-            f"{r['gemm_1thread_gflops']:.1f}: {r['numba_over_gemm']:.0%} (target >= "
-            f"{TARGET_GEMM:.0%}); {r['speedup_1thread']:.1f}x NumPy (target >= "
-            f"{TARGET_SPEEDUP:.0f}x): {'met' if r['meets_targets'] else 'NOT met'}"
+            f"{'model':<20}{'NumPy /s':>12}{'Numba 1t /s':>14}{'ratio':>8}{'Numba all /s':>15}"
+            f"{'ratio':>8}{'max rel diff':>14}"
         )
-    print("The training kernel alone (its calls for the same clients, timed in the same rounds):")
-    for r in rows:
+        for r in load_rows:
+            print(
+                f"{r['model']:<20}{r['numpy_1thread_per_s']:>12.3g}{r['numba_1thread_per_s']:>14.3g}"
+                f"{r['speedup_1thread']:>7.1f}x{r['numba_all_threads_per_s']:>15.3g}"
+                f"{r['speedup_all_threads']:>7.1f}x{r['max_rel_diff']:>14.1e}"
+            )
+        print(f"\n{tag}One thread, against the single-core GEMM (A @ B, n = {GEMM_N}) of this run:")
+        for r in load_rows:
+            print(
+                f"{tag}{r['model']:<20}{r['numba_1thread_gflops']:>7.2f} GFLOP/s of "
+                f"{r['gemm_1thread_gflops']:.1f}: {r['numba_over_gemm']:.0%} (target >= "
+                f"{TARGET_GEMM:.0%}); {r['speedup_1thread']:.1f}x NumPy (target >= "
+                f"{TARGET_SPEEDUP:.0f}x): {'met' if r['meets_targets'] else 'NOT met'}"
+            )
         print(
-            f"{r['model']:<20}{r['training_only_gflops']:>7.2f} GFLOP/s: "
-            f"{r['training_only_over_gemm']:.0%} of the GEMM, {r['training_share']:.0%} of the"
-            " call's time"
+            f"{tag}The training kernel alone (its calls for the same clients, timed in the same "
+            "rounds):"
         )
+        for r in load_rows:
+            print(
+                f"{r['model']:<20}{r['training_only_gflops']:>7.2f} GFLOP/s: "
+                f"{r['training_only_over_gemm']:.0%} of the GEMM, {r['training_share']:.0%} of the"
+                " call's time"
+            )
     print(f"wrote {args.out}/bench_local_sgd.csv and .json")
 
 
