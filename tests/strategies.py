@@ -289,3 +289,28 @@ def simplex_points(draw: st.DrawFn, k: int, *, allow_zeros: bool = True) -> np.n
     if not np.any(p > 0):
         p[draw(st.integers(0, k - 1))] = 1.0
     return p / p.sum()
+
+
+def rule_round(name: str, m: int, d: int, rng: np.random.Generator) -> tuple[np.ndarray, Any, int]:
+    """(θ, reports, K) of one random round for the registered rule ``name``: m clients, d
+    parameters, everything a rule may read (losses in [0.1, 2), accuracies, participations,
+    gradients in place of the updates for the rules whose clients report gradients);
+    K = m for a rule that needs every client, else m + 2."""
+    from fairagg import RULES, make_reports
+
+    K = m if RULES[name].full_participation else m + 2
+    theta = rng.standard_normal(d)
+    reports = make_reports(
+        rng.standard_normal((m, d)),
+        rng.integers(1, 50, m),
+        losses=rng.uniform(0.1, 2.0, m),
+        accuracies=rng.uniform(0.0, 1.0, m),
+        participations=rng.integers(1, 5, m),
+        client_ids=np.arange(m),
+        num_clients=K,
+        gradients=rng.standard_normal((m, d)),
+        lr=0.1,
+    )
+    if "gradients" in RULES[name].needs:
+        reports = reports._replace(deltas=None)
+    return theta, reports, K

@@ -17,8 +17,8 @@ import pytest
 
 from fairagg import RULES, make_rule
 from fairagg.kernels import BACKENDS
-from fairagg.types import make_reports
 from tests.conftest import on_simulator
+from tests.strategies import rule_round
 
 U = np.finfo(np.float64).eps / 2
 
@@ -50,27 +50,6 @@ def _sizes(backend):
     return ((3, 200), (10, 3000), (40, 20000))
 
 
-def _reports(name, m, d, seed):
-    rng = np.random.default_rng(seed)
-    spec = RULES[name]
-    K = m if spec.full_participation else m + 2
-    theta = rng.standard_normal(d)
-    reports = make_reports(
-        rng.standard_normal((m, d)),
-        rng.integers(1, 50, m),
-        losses=rng.uniform(0.1, 2.0, m),
-        accuracies=rng.uniform(0.0, 1.0, m),
-        participations=rng.integers(1, 5, m),
-        client_ids=np.arange(m),
-        num_clients=K,
-        gradients=rng.standard_normal((m, d)),
-        lr=0.1,
-    )
-    if "gradients" in spec.needs:
-        reports = reports._replace(deltas=None)
-    return theta, reports, K
-
-
 def _fedfa_factor(rule) -> float:
     """1 + η_s|1 − γ|: how the server step carries the average's round-off (η_s = the clients'
     lr where the rule takes it from the reports)."""
@@ -85,7 +64,7 @@ def _fedfa_factor(rule) -> float:
 def test_each_rule_is_within_its_bound_on_every_backend(name, backend):
     for m, d in _sizes(backend):
         for seed in range(2 if backend == "cuda" and on_simulator() else 3):
-            theta, reports, K = _reports(name, m, d, seed)
+            theta, reports, K = rule_round(name, m, d, np.random.default_rng(seed))
             out = {}
             for b in ("numpy", backend):
                 rule = make_rule(name, backend=b)

@@ -189,25 +189,11 @@ BACKEND_RULES = sorted(
 def test_every_rule_with_a_backend_agrees_across_backends(name, backend):
     """Each registered rule that takes ``backend=`` gives the reference's step on every backend
     (two rounds, so that state carried between rounds goes through the kernels too)."""
-    from fairagg import RULES, make_rule
+    from fairagg import make_rule
+    from tests.strategies import rule_round
 
-    rng = np.random.default_rng(7)
     m, d = 4, 150
-    K = m if RULES[name].full_participation else m + 2
-    theta = rng.standard_normal(d)
-    reports = make_reports(
-        rng.standard_normal((m, d)),
-        rng.integers(1, 50, m),
-        losses=rng.uniform(0.1, 2.0, m),
-        accuracies=rng.uniform(0.0, 1.0, m),
-        participations=rng.integers(1, 5, m),
-        client_ids=np.arange(m),
-        num_clients=K,
-        gradients=rng.standard_normal((m, d)),
-        lr=0.1,
-    )
-    if "gradients" in RULES[name].needs:
-        reports = reports._replace(deltas=None)
+    theta, reports, K = rule_round(name, m, d, np.random.default_rng(7))
     results = {}
     for b in ("numpy", backend):
         rule = make_rule(name, backend=b)
