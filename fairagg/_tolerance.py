@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,8 +238,8 @@ def error_bound(
         if discrete[k]:
             out[k] = Tolerance(exact=True)
             continue
-        moved = SAFETY * rel * max(1.0, scale[k]) if k in argmins else SAFETY * spread[k]
-        tol = Tolerance(SAFETY * rel, max(moved, FLOOR[precision]))
+        shift = SAFETY * rel * max(1.0, scale[k]) if k in argmins else SAFETY * spread[k]
+        tol = Tolerance(SAFETY * rel, max(shift, FLOOR[precision]))
         if precision == "solver":
             tol = tol.widened(solver_tol, scale[k])
         out[k] = tol
@@ -263,7 +263,7 @@ def _numeric_row(r: Json) -> dict[str, np.ndarray]:
     return out
 
 
-def _numeric(want: Json):  # type: ignore[no-untyped-def]
+def _numeric(want: Json) -> Iterator[tuple[str, np.ndarray]]:
     """(name, array) of each numeric output of each round of ``want``."""
     for r in flat_outputs(want):
         yield from _numeric_row(r).items()

@@ -37,7 +37,7 @@ import traceback
 try:
     import numpy as np
 except ImportError:  # a worker without numpy gets nested lists
-    np = None
+    np = None  # type: ignore[assignment]  # the None the code below tests for: no numpy here
 
 
 class Skip(Exception):  # noqa: N818 - the name users raise

@@ -456,6 +456,9 @@ def synthetic(
                 np.take(Xb, flat, axis=0, out=X[lo:hi], mode="clip")
                 np.take(yb, flat, out=y[lo:hi], mode="clip")
         k0 = k1
+    X_va: np.ndarray | None
+    y_va: np.ndarray | None
+    o_va: np.ndarray | None
     (X_tr, y_tr, o_tr), (X_te, y_te, o_te), (X_va, y_va, o_va) = outs
     if val_fraction == 0:
         X_va = y_va = o_va = None
@@ -815,6 +818,9 @@ def _split(
 
     X_tr, y_tr, o_tr = gather(train_idx)
     X_te, y_te, o_te = gather(test_idx)
+    X_va: np.ndarray | None
+    y_va: np.ndarray | None
+    o_va: np.ndarray | None
     if val_fraction > 0:
         X_va, y_va, o_va = gather(val_idx)
     else:

@@ -305,7 +305,8 @@ def angle_to_ones(values: ArrayLike) -> float:
 def _distribution(values: ArrayLike, what: str) -> np.ndarray:
     """:math:`\\hat v = v / \\sum v` of a validated non-negative, not all-zero vector."""
     v = _normalised(values, what)
-    return v / np.sum(v)
+    v_hat: np.ndarray = v / np.sum(v)
+    return v_hat
 
 
 def kl_to_uniform(values: ArrayLike) -> float:
@@ -527,7 +528,8 @@ def acf(series: ArrayLike, max_lag: int) -> np.ndarray:
     dev = g - np.mean(g)
     dev = dev / np.max(np.abs(dev))  # r[0] >= 1/T: no underflow to a zero denominator
     r = np.array([np.dot(dev[: big_t - lag], dev[lag:]) for lag in range(max_lag + 1)]) / big_t
-    return r / r[0]
+    acf: np.ndarray = r / r[0]
+    return acf
 
 
 # ----------------------------------------------------------------------------------------------

@@ -505,13 +505,15 @@ def quadratic_ftrl_init(num_clients: int, *, low_rank: bool = False) -> Quadrati
     return QuadraticFTRL(np.zeros(K), np.zeros((K, K)), np.zeros(K), 0)
 
 
-def quadratic_ftrl_update(state: QuadraticFTRL, grad: Any, decision: Any) -> QuadraticFTRL:
+def quadratic_ftrl_update(
+    state: QuadraticFTRL | LowRankFTRL, grad: Any, decision: Any
+) -> QuadraticFTRL | LowRankFTRL:
     """Add round t's gradient g_t and played decision p_t to the sums (returns a new state)."""
     g, p = _check_round(state, grad, decision)
     return _add_round(state, g, p)
 
 
-def _check_ftrl_state(state: Any) -> QuadraticFTRL:
+def _check_ftrl_state(state: Any) -> QuadraticFTRL | LowRankFTRL:
     if not isinstance(state, QuadraticFTRL | LowRankFTRL):
         raise TypeError(
             "state must be a fairagg.online.QuadraticFTRL (start from quadratic_ftrl_init, then "
@@ -520,7 +522,9 @@ def _check_ftrl_state(state: Any) -> QuadraticFTRL:
     return state
 
 
-def _check_round(state: QuadraticFTRL, grad: Any, decision: Any) -> tuple[np.ndarray, np.ndarray]:
+def _check_round(
+    state: QuadraticFTRL | LowRankFTRL, grad: Any, decision: Any
+) -> tuple[np.ndarray, np.ndarray]:
     K = _check_ftrl_state(state).grad_sum.size
     g = as_float_array(grad, "grad", shape=(K,), dtype=np.float64, allow_int=True)
     p = check_simplex_point(decision, "decision")
@@ -705,7 +709,8 @@ class _Woodbury:
         denom = float(ones.sum())
         if not (denom > 0 and math.isfinite(denom)):  # 1ᵀA_FF⁻¹1 > 0 in exact arithmetic
             return _FreeSolver(d, beta, self.R, F).kkt(bF)
-        y, nu = 0.0, 0.0
+        y: np.ndarray | float = 0.0
+        nu = 0.0
         r1, r2 = -bF, 1.0
         for _ in range(2):  # the solve and one step of iterative refinement
             z = solve(r1)
@@ -980,7 +985,9 @@ def _add_round_low_rank(state: LowRankFTRL, g: np.ndarray, p: np.ndarray) -> Low
     return new
 
 
-def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticFTRL:
+def _add_round(
+    state: QuadraticFTRL | LowRankFTRL, g: np.ndarray, p: np.ndarray
+) -> QuadraticFTRL | LowRankFTRL:
     if isinstance(state, LowRankFTRL):
         return _add_round_low_rank(state, g, p)
     arrays = _state_arrays(state)
@@ -1009,7 +1016,7 @@ def _add_round(state: QuadraticFTRL, g: np.ndarray, p: np.ndarray) -> QuadraticF
 
 
 def quadratic_ftrl_problem(
-    state: QuadraticFTRL, alpha: float, beta: float, variant: str = "paper"
+    state: QuadraticFTRL | LowRankFTRL, alpha: float, beta: float, variant: str = "paper"
 ) -> tuple[np.ndarray, np.ndarray]:
     """The QP ½pᵀAp + bᵀp whose simplex minimiser is AAgFF-S's next decision (SPEC §5).
 
@@ -1031,7 +1038,7 @@ def quadratic_ftrl_problem(
 
 
 def quadratic_ftrl_step(
-    state: QuadraticFTRL,
+    state: QuadraticFTRL | LowRankFTRL,
     alpha: float,
     beta: float,
     variant: str = "paper",
@@ -1072,13 +1079,13 @@ class FTRLRound(NamedTuple):
     """One AAgFF-S round: the new sums, the QP solution (``result.x`` = p^{t+1}) and the Cholesky
     factor to hand to the next round (opaque)."""
 
-    state: QuadraticFTRL
+    state: QuadraticFTRL | LowRankFTRL
     result: QPResult
-    factor: QPFactor
+    factor: QPFactor | None
 
 
 def quadratic_ftrl_round(
-    state: QuadraticFTRL,
+    state: QuadraticFTRL | LowRankFTRL,
     grad: Any,
     decision: Any,
     alpha: float,

@@ -1119,7 +1119,12 @@ def qffl_optimum(
         objective = pk @ s
     else:
         # (Σ p_k s_k^{q+1})^{1/(q+1)}: same argmin as f_q, on the losses' scale (docstring).
-        objective = cp.pnorm(cp.multiply(pk ** (1.0 / power), s), power, approx=False)
+        # The ignore: cvxpy annotates p as int | str, but pnorm takes any real p ≥ 1.
+        objective = cp.pnorm(
+            cp.multiply(pk ** (1.0 / power), s),
+            power,  # type: ignore[arg-type]
+            approx=False,
+        )
     problem = cp.Problem(cp.Minimize(objective), [_client_loss_expressions(fd, theta) <= s])
     x, norm, status, name = _solve_cone(problem, theta, solver, solver_options, "qffl_optimum")
     with np.errstate(over="ignore"):  # beyond float64 the value is +inf, as in qffl_objective

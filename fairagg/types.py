@@ -19,8 +19,8 @@ loss, or one gradient ∇F_k(θ^t) per client for the SGD-type rules (SPEC §0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -103,6 +103,7 @@ class EmptyState(NamedTuple):
 
 #: What [`LocalSpec`][fairagg.types.LocalSpec] ``report`` may name.
 LOCAL_REPORTS = ("deltas", "gradients")
+_Spec = TypeVar("_Spec", bound="LocalSpec")
 
 #: Which model's training accuracy the clients report ([`LocalSpec`][fairagg.types.LocalSpec]
 #: ``accuracy_source``).
@@ -159,8 +160,10 @@ class LocalSpec(_LocalSpecFields):
         _check_local_fields(spec)
         return spec
 
+    # What _replace builds through. The ignore: typeshed types NamedTuple._make with a self-type
+    # bound to the bare field tuple, which no subclass's own signature can match.
     @classmethod
-    def _make(cls, iterable: Any) -> LocalSpec:  # what _replace builds through
+    def _make(cls, iterable: Iterable[Any]) -> LocalSpec:  # type: ignore[override]
         return cls(*iterable)
 
 
@@ -172,7 +175,7 @@ def check_local_spec(spec: Any) -> LocalSpec:
     return _check_local_fields(spec)
 
 
-def _check_local_fields(spec: Any) -> Any:
+def _check_local_fields(spec: _Spec) -> _Spec:
     if not isinstance(spec.report, str) or spec.report not in LOCAL_REPORTS:
         raise ValueError(f"LocalSpec.report must be one of {LOCAL_REPORTS}; got {spec.report!r}")
     if spec.gradient_batch_size is not None:
@@ -246,7 +249,9 @@ def make_reports(
         G = as_float_array(
             gradients, "gradients", ndim=2, min_size=1, shape=None if D is None else D.shape
         )
-    m = (D if D is not None else G).shape[0]
+    first_array = D if D is not None else G
+    assert first_array is not None  # deltas and gradients are not both None: raised above
+    m = first_array.shape[0]
     n = as_weights(num_samples, "num_samples")
 
     def _vec(x: Any, name: str) -> np.ndarray | None:

@@ -949,7 +949,7 @@ def _rule_cases(name: str, rng: np.random.Generator) -> dict[str, tuple[str, dic
         "single_client": ("one client, K = 1", 1, 1, 5),
         "extreme_losses": ("losses from 1e-6 to 1e3", 6, 6, 5),
     }
-    cases = {}
+    cases: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
     for kind, (what, K, m, d) in shapes.items():
         theta, rounds = _rule_rounds(rng, spec, K, m, d, 3, kind)
         cases[kind] = (what, {"params0": theta, "num_clients": K, "rounds": rounds}, {})
@@ -1052,7 +1052,7 @@ def _run_rule(name: str, hyper: dict[str, Any], inputs: dict[str, Any]) -> dict[
         )
         agg = rule.step(theta, reports, state)
         theta, state = agg.params, agg.state
-        out = {"params": theta}
+        out: dict[str, Any] = {"params": theta}
         for k, v in agg.info.items():
             if k not in RULE_EXCLUDE and isinstance(v, (np.ndarray, float, int, np.number)):
                 out[k] = v
@@ -1354,7 +1354,8 @@ def _compare(
         if len(got["rounds"]) != len(want["rounds"]):
             n, n_want = len(got["rounds"]), len(want["rounds"])
             return [f"{where}: {n} rounds, expected {n_want}"], math.inf, math.inf
-        fails, ulps, used = [], 0.0, 0.0
+        fails: list[str] = []
+        ulps, used = 0.0, 0.0
         for t, (g, w) in enumerate(zip(got["rounds"], want["rounds"], strict=True)):
             f, u, x = _compare(g, w, tol, f"{where} round {t}", rel)
             fails, ulps, used = fails + f, max(ulps, u), max(used, x)

@@ -98,7 +98,8 @@ def _get_pool() -> ThreadPoolExecutor:
         if _pool is None:
             # at most Numba's launch-time maximum; workers beyond the requested count stay idle
             _pool = ThreadPoolExecutor(
-                max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                # numba.config sets its attributes from the environment at import: no stub
+                max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),  # type: ignore[attr-defined]
                 thread_name_prefix="fairagg",
             )
         return _pool
@@ -165,8 +166,8 @@ def run_tasks(
         for _ in range(t - 1):
             futures.append(pool.submit(pool_worker))
         worker()
-    except BaseException as exc:  # re-raised below, after the other threads stopped
-        error = exc
+    except BaseException as raised:  # re-raised below, after the other threads stopped
+        error = raised
         with lock:
             state["failed"] = True  # no thread starts another task
     # Every thread that was given work has stopped before this returns or raises, even on a

@@ -115,7 +115,7 @@ def named(
             )
         out = dict(zip(adapter.outputs, items, strict=True))
     elif isinstance(result, Mapping):
-        out = {back.get(k, k): v for k, v in result.items()}
+        out = {(back[k] if k in back else k): v for k, v in result.items()}
     elif hasattr(result, "_fields"):
         out = {back.get(k, k): getattr(result, k) for k in result._fields}
     elif isinstance(result, tuple) and len(result) == len(outputs):

@@ -179,7 +179,7 @@ class Checker:
                 )  # fmt: skip
                 agg = rule.step(theta, reports, state)
                 state = agg.state
-                out = {"params": agg.params}
+                out: dict[str, Any] = {"params": agg.params}
                 for k, v in agg.info.items():
                     if k not in RULE_EXCLUDE and isinstance(v, (np.ndarray, float, int, np.number)):
                         out[k] = v
@@ -217,7 +217,7 @@ class Checker:
         )  # fmt: skip
 
     # the user's side ----------------------------------------------------------------------
-    def user(self, fn: Callable[..., Any], kwargs: Json) -> Any:
+    def user(self, fn: Callable[..., Any], kwargs: Any) -> Any:
         """Your function's result; a skip (``Skip``, ``assume``, a worker's) is Outside, a
         refusal of the request as written a UsageError, and what your code raises a
         WorkerRaised or its own exception."""
@@ -242,6 +242,7 @@ class Checker:
         if self.worker is not None:
             worker, target = self.worker, self.target
             return self.user(_worker_call, lambda: worker.call(target, kwargs))
+        assert not isinstance(self.fn, Worker)  # self.worker is None: fn is your function
         return self.user(self.fn, kwargs)
 
     def _start_rule(self, init: Json) -> tuple[Callable[[Json], Any], Callable[[], None]]:
@@ -255,6 +256,7 @@ class Checker:
                 lambda kw: self.user(_worker_call, lambda: worker.round(target, sid, kw)),
                 lambda: self.user(_worker_call, lambda: worker.end(target, sid)),
             )
+        assert not isinstance(self.fn, Worker)  # self.worker is None: fn is your function
         step = self.fn
         if self.adapter.stateful:
             step = self.user(self.fn, init)
@@ -449,7 +451,7 @@ class Checker:
                 self._after(o, t, n)
                 return
 
-    def _terms(self, case: Case, o: Outcome) -> list[tuple[Json, dict[str, Tolerance]]] | None:
+    def _terms(self, case: Case, o: Outcome) -> list[tuple[Json, Mapping[str, Tolerance]]] | None:
         """The restated terms of each round (from your θ^t) and their tolerances."""
         assert self.terms is not None
         params = o.params or {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +55,8 @@ class Bounds(Mapping[str, Tolerance]):
             self._full = self._compute()
         return self._full[k]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        seen = set()
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
         for b in self._parts:
             for k in b:
                 if k not in seen:
@@ -295,7 +295,7 @@ def another_optimum(
     params: Json,
     want: Json,
     tols: Tolerances,
-    switches: Json | None = None,
+    switches: Mapping[str, Any] | None = None,
 ) -> Callable[[str, Json], bool] | None:
     """For a target of ``NON_UNIQUE``: a test of whether your output ``k`` is another
     minimiser of the case's problem (see ``min_norm_optimal``; with a mistake's
@@ -336,6 +336,7 @@ def another_optimum(
         if k == key:
             return True
         # FedMGDA+'s weights are η λ_k/‖δ_k‖ of *your* λ, itself a minimiser
+        assert scale_back is not None  # k == "weights" only for FedMGDA+, whose problem sets it
         mine = scale_back * np.asarray(got[key], dtype=np.float64)
         return close(got[k], mine, tols[k]) is None
 

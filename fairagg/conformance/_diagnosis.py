@@ -36,6 +36,7 @@ from ._causes import (
     MISTAKE_FITS,
     Cause,
     Fit,
+    Mistake,
     fitted_cause,
     mistake_cause,
     mistakes_for,
@@ -489,7 +490,9 @@ class Diagnoser:
         """Whether some differing round is not explained by a mere factor on fairagg's step
         (where it is, any wrong factor fits one number)."""
         for o in cases:
-            rounds = o.want["rounds"] if self.checker.kind == "rule" else [o.want]
+            want = o.want
+            assert want is not None  # an explainable differing case: fairagg computed its outputs
+            rounds = want["rounds"] if self.checker.kind == "rule" else [want]
             thetas = self._trimmed(o)[1]
             for t, (got, w) in enumerate(zip(o.yours, rounds, strict=False)):
                 key = (
@@ -547,7 +550,11 @@ class Diagnoser:
             if m.fit is None or m.fit not in MISTAKE_FITS:
                 continue
             lo, hi, log = MISTAKE_FITS[m.fit]
-            v = self._fit_value(lo, hi, log, None, lambda v, m=m: mistake_cause(m, v), cases)
+
+            def fit(v: float, m: Mistake = m) -> Cause:
+                return mistake_cause(m, v)
+
+            v = self._fit_value(lo, hi, log, None, fit, cases)
             if v is not None:
                 out.append(mistake_cause(m, v))
         return out
@@ -583,7 +590,12 @@ class Diagnoser:
             out.append(LITERAL)
         # one of each name
         seen: set[str] = set()
-        return [c for c in out if not (c.name in seen or seen.add(c.name))]
+        unique: list[Cause] = []
+        for c in out:
+            if c.name not in seen:
+                seen.add(c.name)
+                unique.append(c)
+        return unique
 
     def _verified(self, causes: Iterable[Cause], outcomes: list[Outcome]) -> list[Cause]:
         """The causes that reproduce every differing case they can compute (at least one) and

@@ -135,6 +135,7 @@ def compare_results(
                                 "differs: fairagg refuses this input"))  # fmt: skip
                 failed += 1
             continue
+        pairs: list[tuple[int | None, tuple[Any, Any]]]
         if case["kind"] == "rule":
             rounds_got = got_all.get("rounds")
             if not isinstance(rounds_got, list):

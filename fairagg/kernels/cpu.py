@@ -313,7 +313,8 @@ def _compiles_for_avx512() -> bool:
     speed (4 × 2 tiles, the lower limit), never correctness."""
     from numba.core import codegen, config
 
-    features = config.CPU_FEATURES
+    # numba.core.config sets its attributes from the environment at import: no stub has them
+    features = config.CPU_FEATURES  # type: ignore[attr-defined]
     if features is None:
         features = codegen.get_host_cpu_features()  # the host's, less AVX if NUMBA_ENABLE_AVX=0
     return "+avx512f" in features.split(",")

@@ -59,7 +59,8 @@ __all__ = [
 #: Whether the kernels run in numba's simulator, which executes every GPU thread as a Python
 #: thread: launches there use small blocks and few of them (the grid-stride loops and partial
 #: blocks are then exercised more, not less), so that tests on CPU-only machines stay fast.
-SIMULATOR = bool(config.ENABLE_CUDASIM)
+# (numba.config sets its attributes from the environment at import: no stub has them)
+SIMULATOR = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 #: Threads per block of the 1-D kernels (a power of two: the tree reductions halve it).
 TPB = 32 if SIMULATOR else 128
 #: Output tile of the Gram kernel (TILE × TILE threads per block) and the columns it stages per

@@ -205,6 +205,13 @@ def aaggff_s(
         η_s ≥ 0.
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] S.-J. Hahn, G.-S. Kim, J. Lee, "Pursuing Overall Welfare in Federated Learning through
+       Sequential Decision Making", ICML 2024.
+    .. [2] The fairagg Specification: [SPEC §5 AAgFF][spec-5],
+       [SPEC §4 Fair FL as online learning][spec-4].
     """
     eta_s = _common(cdf, server_lr, variant, backend)
     official = variant == "official"
@@ -312,6 +319,13 @@ def aaggff_d(
         η_s ≥ 0.
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] S.-J. Hahn, G.-S. Kim, J. Lee, "Pursuing Overall Welfare in Federated Learning through
+       Sequential Decision Making", ICML 2024.
+    .. [2] The fairagg Specification: [SPEC §5 AAgFF][spec-5],
+       [SPEC §4 Fair FL as online learning][spec-4].
     """
     eta_s = _common(cdf, server_lr, variant, backend)
     official = variant == "official"

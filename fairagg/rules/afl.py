@@ -143,6 +143,12 @@ def afl(
     (indexed by client id); ``"model"`` the reported average θ̄ of the iterates, which the
     simulator evaluates. The returned ``params`` is the iterate θ^{t+1} the next round starts
     from.
+
+    References
+    ----------
+    .. [1] M. Mohri, G. Sivek, A. T. Suresh, "Agnostic Federated Learning", ICML 2019.
+    .. [2] The fairagg Specification: [SPEC §3 AFL][spec-3],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     gw0 = None if lr is None else check_real(lr, "lr", low=0.0, low_open=True)
     gl = check_real(lambda_lr, "lambda_lr", low=0.0, low_open=True)
@@ -164,9 +170,9 @@ def afl(
             raise ValueError(
                 f"afl needs every one of the K = {K} clients in every round; got m = {ids.size}"
             )
-        if gw0 is None and reports.lr is None:
-            raise ValueError("afl needs γ_w: build it with lr=..., or pass reports with lr set")
         gw = gw0 if gw0 is not None else reports.lr
+        if gw is None:
+            raise ValueError("afl needs γ_w: build it with lr=..., or pass reports with lr set")
         lam = state.mixture[ids]  # in report order
         res = afl_step(theta, reports.gradients, reports.losses, lam, gw, gl, backend=backend)
         mixture = np.empty(K)

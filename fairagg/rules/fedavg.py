@@ -175,6 +175,15 @@ def fedavg(*, backend: str = "numpy") -> Rule:
     ----------
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] H. B. McMahan, E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas,
+       "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS 2017.
+    .. [2] U. Michieli, M. Ozay, "Are All Users Treated Fairly in Federated Learning Systems?", CVPR
+       Workshops 2021.
+    .. [3] The fairagg Specification: [SPEC §1 FedAvg and FairAvg][spec-1],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     return stateless_rule("fedavg", lambda r: fedavg_weights(r.num_samples), backend)
 
@@ -190,5 +199,12 @@ def fairavg(*, backend: str = "numpy") -> Rule:
     ----------
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] U. Michieli, M. Ozay, "Are All Users Treated Fairly in Federated Learning Systems?", CVPR
+       Workshops 2021.
+    .. [2] The fairagg Specification: [SPEC §1 FedAvg and FairAvg][spec-1],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     return stateless_rule("fairavg", lambda r: fairavg_weights(r.deltas.shape[0]), backend)

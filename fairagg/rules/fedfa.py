@@ -320,7 +320,9 @@ def fedfa_server_step(
         raise TypeError(f"apply must be a bool; got {type(apply).__name__}")
     dtype = np.result_type(theta, avg, mom)
 
-    def server(th: np.ndarray, av: np.ndarray, mo: np.ndarray) -> tuple:
+    def server(
+        th: np.ndarray, av: np.ndarray, mo: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         delta = np.subtract(th, av, dtype=dtype)
         if variant == "flgo":
             np.negative(delta, out=delta)
@@ -395,6 +397,13 @@ def fedfa(
     ``info``: ``"weights"`` p_k, the weights of θ̄ = θ^t − Σ p_k δ_k (θ^{t+1} = θ̄ − η_s m in
     correction rounds), ``"accuracy_part"``, ``"frequency_part"`` (eqs. 13-14) and
     ``"server_correction"`` (whether t ≡ 0 mod τ, so that this round applied −η_s m).
+
+    References
+    ----------
+    .. [1] W. Huang, T. Li, D. Wang, S. Du, J. Zhang, "Fairness and Accuracy in Federated Learning",
+       arXiv:2012.10069, 2020.
+    .. [2] The fairagg Specification: [SPEC §9 FedFa (reconstructed)][spec-9],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     a, b = _check_alpha_beta(alpha, beta)
     g = check_real(gamma, "gamma", low=0.0, high=1.0)

@@ -722,6 +722,13 @@ def fedfv(
     ``"projections"``, ``"external_conflicts"``, ``"external_projections"``,
     ``"conflicts_remaining"``. The state keeps the latest update of every client a later window
     can reach (none when τ = 0).
+
+    References
+    ----------
+    .. [1] Z. Wang, X. Fan, J. Qi, C. Wen, C. Wang, R. Yu, "Federated Learning with Fair Averaging",
+       IJCAI 2021.
+    .. [2] The fairagg Specification: [SPEC §7 FedFV][spec-7],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     a = check_real(alpha, "alpha", low=0.0, high=1.0)
     tau = check_int(tau, "tau", low=0)
@@ -746,6 +753,7 @@ def fedfv(
         check_state(state, FedFVState, "fedfv")
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=needs)
+        assert reports.deltas is not None  # check_reports raised otherwise (needs no gradients)
         ids = client_indices(reports, state.num_clients)
         t = state.rounds
         # A client of this round has this round's update as its latest: drop its older one.

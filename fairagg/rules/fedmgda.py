@@ -1,5 +1,5 @@
-"""FedMGDA+ (Hu, Wang, Liu & Mao 2020): the min-norm convex combination of the normalised client
-updates within an ε-box around FedAvg's weights (SPEC §8).
+"""FedMGDA+ (Hu, Shaloudegi, Zhang & Yu 2020): the min-norm convex combination of the normalised
+client updates within an ε-box around FedAvg's weights (SPEC §8).
 
 With ĝ_k = δ_k/‖δ_k‖ (a zero δ_k contributes ĝ_k = 0) and λ0_k = n_k/Σ_S n_j,
 
@@ -174,11 +174,18 @@ def fedmgda(*, epsilon: float = 0.1, server_lr: float = 1.0, backend: str = "num
     Notes
     -----
     ``info``: ``"weights"`` a_k on δ_k, ``"mixture"`` λ*, ``"min_norm"`` ‖Σ λ*_k ĝ_k‖.
+
+    References
+    ----------
+    .. [1] Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, "Federated Learning Meets Multi-objective
+       Optimization", IEEE Transactions on Network Science and Engineering, 2022 (arXiv:2006.11489,
+       2020).
+    .. [2] The fairagg Specification: [SPEC §8 FedMGDA+][spec-8].
     """
     eps = check_real(epsilon, "epsilon", low=0.0)
     eta = check_real(server_lr, "server_lr", low=0.0)
 
-    def weights_of(reports: RoundReports):
+    def weights_of(reports: RoundReports) -> tuple[np.ndarray, dict[str, Any]]:
         res = fedmgda_weights(reports.deltas, reports.num_samples, eps, eta, backend=backend)
         return res.weights, {"mixture": res.mixture, "min_norm": res.min_norm}
 

@@ -143,6 +143,15 @@ def qffl_eg(*, q: float = 1.0, backend: str = "numpy") -> Rule:
     Notes
     -----
     ``info["weights"]`` holds the weights over the selected clients.
+
+    References
+    ----------
+    .. [1] S.-J. Hahn, G.-S. Kim, J. Lee, "Pursuing Overall Welfare in Federated Learning through
+       Sequential Decision Making", ICML 2024.
+    .. [2] T. Li, M. Sanjabi, A. Beirami, V. Smith, "Fair Resource Allocation in Federated
+       Learning", ICLR 2020.
+    .. [3] The fairagg Specification: [SPEC §4 Fair FL as online learning][spec-4],
+       [SPEC §2 q-FFL][spec-2].
     """
     qv = check_real(q, "q", low=0.0)
     return _eg_rule(
@@ -160,6 +169,14 @@ def term_eg(*, tilt: float = 1.0, backend: str = "numpy") -> Rule:
         λ, any real; 0 gives FedAvg's weights ∝ n_k, λ > 0 favours high-loss clients.
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] S.-J. Hahn, G.-S. Kim, J. Lee, "Pursuing Overall Welfare in Federated Learning through
+       Sequential Decision Making", ICML 2024.
+    .. [2] T. Li, A. Beirami, M. Sanjabi, V. Smith, "Tilted Empirical Risk Minimization", ICLR 2021.
+    .. [3] The fairagg Specification: [SPEC §4 Fair FL as online learning][spec-4],
+       [SPEC §6 TERM and PropFair][spec-6].
     """
     lam = check_real(tilt, "tilt")
     return _eg_rule(
@@ -179,6 +196,15 @@ def propfair_eg(*, M: float = 10.0, backend: str = "numpy") -> Rule:
         predictor).
     backend : {"numpy", "numba", "cuda"}
         Backend of the weighted update.
+
+    References
+    ----------
+    .. [1] S.-J. Hahn, G.-S. Kim, J. Lee, "Pursuing Overall Welfare in Federated Learning through
+       Sequential Decision Making", ICML 2024.
+    .. [2] G. Zhang, S. Malekmohammadi, X. Chen, Y. Yu, "Proportional Fairness in Federated
+       Learning", TMLR 2023.
+    .. [3] The fairagg Specification: [SPEC §4 Fair FL as online learning][spec-4],
+       [SPEC §6 TERM and PropFair][spec-6].
     """
     Mv = check_real(M, "M", low=0.0, low_open=True)
     return _eg_rule(

@@ -1,4 +1,4 @@
-"""PropFair (Zhang, Kang, Zhang & Yu, TMLR 2023) as the full algorithm (SPEC §6).
+"""PropFair (Zhang, Malekmohammadi, Chen & Yu, TMLR 2023) as the full algorithm (SPEC §6).
 
 PropFair maximises Σ_k log(M − F_k(θ)), the proportional-fairness objective. The official
 algorithm moves it to the clients: each selected client trains on the surrogate −log(1 − f/M) of
@@ -66,6 +66,13 @@ def propfair(
     Notes
     -----
     ``info["weights"]``: FedAvg's n_k/Σ_S n.
+
+    References
+    ----------
+    .. [1] G. Zhang, S. Malekmohammadi, X. Chen, Y. Yu, "Proportional Fairness in Federated
+       Learning", TMLR 2023.
+    .. [2] The fairagg Specification: [SPEC §6 TERM and PropFair][spec-6],
+       [SPEC §4 Fair FL as online learning][spec-4].
     """
     if M is None:  # check_propfair reads None as "no surrogate", which PropFair always has
         raise TypeError("M must be a real number; got NoneType")

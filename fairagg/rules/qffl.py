@@ -473,7 +473,9 @@ def _lipschitz_of(lipschitz: float | None, reports: RoundReports, name: str) -> 
     return 1.0 / reports.lr
 
 
-def _check_rule_hyper(q: float, lipschitz: float | None, epsilon: float) -> tuple:
+def _check_rule_hyper(
+    q: float, lipschitz: float | None, epsilon: float
+) -> tuple[float, float | None, float]:
     qv = _check_q(q)
     L = None if lipschitz is None else check_real(lipschitz, "lipschitz", low=0.0, low_open=True)
     return qv, L, check_real(epsilon, "epsilon", low=0.0)
@@ -506,6 +508,13 @@ def qfedavg(
     -----
     ``info``: ``"weights"`` the weight L·w_k on each δ_k (θ^{t+1} = θ^t − Σ_k weights_k δ_k),
     ``"h_sum"`` Σ_k h_k. The result has the dtype of ``params``.
+
+    References
+    ----------
+    .. [1] T. Li, M. Sanjabi, A. Beirami, V. Smith, "Fair Resource Allocation in Federated
+       Learning", ICLR 2020.
+    .. [2] The fairagg Specification: [SPEC §2 q-FFL][spec-2],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)
     check_backend(backend)
@@ -553,6 +562,13 @@ def qfedsgd(
     Notes
     -----
     ``info``: ``"weights"`` w_k with θ^{t+1} = θ^t − Σ_k w_k ∇F_k, ``"h_sum"`` Σ_k h_k.
+
+    References
+    ----------
+    .. [1] T. Li, M. Sanjabi, A. Beirami, V. Smith, "Fair Resource Allocation in Federated
+       Learning", ICLR 2020.
+    .. [2] The fairagg Specification: [SPEC §2 q-FFL][spec-2],
+       [SPEC §0 What a selected client reports][spec-0].
     """
     qv, L0, eps = _check_rule_hyper(q, lipschitz, epsilon)
     if not isinstance(static_step, (bool, np.bool_)):

@@ -121,6 +121,12 @@ def term(
     Notes
     -----
     ``info``: ``"weights"`` the weight of each δ_k; ``"normaliser"`` S (official variant).
+
+    References
+    ----------
+    .. [1] T. Li, A. Beirami, M. Sanjabi, V. Smith, "Tilted Empirical Risk Minimization", ICLR 2021.
+    .. [2] The fairagg Specification: [SPEC §6 TERM and PropFair][spec-6],
+       [SPEC §4 Fair FL as online learning][spec-4].
     """
     t = check_real(tilt, "tilt")
     check_choice(weighting, "weighting", ("samples", "uniform"))

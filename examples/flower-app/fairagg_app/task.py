@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from fairagg import RULES, make_rule
-from fairagg.kernels import resolve_backend
 from fairagg.data import load
+from fairagg.kernels import resolve_backend
 from fairagg.models import MLP, FlatModel, LogisticRegression
 
 #: The run-config keys of the app; every other key is a hyper-parameter of the rule.
