@@ -588,8 +588,8 @@ def _write_rounds_csv(path: Path, h) -> None:
     w.writerow(_ROUNDS_HEADER)
     for t, tl, ta in zip(h.round, h.time_local, h.time_aggregate, strict=True):
         j = evals.get(int(t))
-        evaluated = (acc[j], loss[j]) if j is not None else (None, None)
-        w.writerow(_rounds_row(t, *evaluated, tl, ta, h))
+        ev_acc, ev_loss = (acc[j], loss[j]) if j is not None else (None, None)
+        w.writerow(_rounds_row(t, ev_acc, ev_loss, tl, ta, h))
     write_atomically(path, lambda fh: fh.write(text.getvalue().encode("utf-8")))
 
 
@@ -1114,9 +1114,9 @@ def _remove_compare(out: Path) -> None:
         (out / f).unlink(missing_ok=True)
     runs = out / "runs"
     if runs.is_dir():
-        for f in runs.iterdir():
-            if f.is_file() and f.name.endswith(_COMPARE_RUN_SUFFIXES):
-                f.unlink()
+        for path in runs.iterdir():
+            if path.is_file() and path.name.endswith(_COMPARE_RUN_SUFFIXES):
+                path.unlink()
 
 
 def _check_out_path(out: Path) -> None:
@@ -1177,7 +1177,7 @@ def _stored_compare_args(folder: Path) -> argparse.Namespace:
     def refuse(message: str) -> NoReturn:
         raise ValueError(f"--resume: {path} does not hold valid settings: {message}")
 
-    cmp_.error = refuse  # type: ignore[method-assign]
+    cmp_.error = refuse
     if "backend" not in config:  # written before --backend: those comparisons ran on numpy
         argv.append("--backend=numpy")
     stored = cmp_.parse_args(argv)
@@ -1203,7 +1203,7 @@ def _resume_compare_args(args: argparse.Namespace, explicit: set[str]) -> None:
             theirs = folder
             same = mine.resolve() == folder.resolve()
         elif key == "rule_arg":
-            saved = dict(theirs)
+            saved = dict(theirs or ())
             same = all(k in saved and saved[k] == v for k, v in mine)
             mine = " ".join(f"{k}={v}" for k, v in mine)
             theirs = " ".join(f"{k}={v}" for k, v in saved.items())
@@ -1632,7 +1632,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 **tol,
             )
     except (conformance.WorkerError, TypeError, ValueError) as exc:
-        raise _check_flag_error(ValueError(str(exc)), params) from None
+        raise _check_flag_error(ValueError(str(exc)), list(params)) from None
     print(report)
     return 0 if report else 1
 

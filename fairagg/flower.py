@@ -213,7 +213,7 @@ def _flatten(
         want = {k: tuple(shape) for k, shape, _ in like}
         if got != want:
             raise ValueError(f"{name} have the arrays {got}; θ^t has {want}")
-        keys = [(k, _is_param(np.dtype(d))) for k, _, d in like]
+        keys: list[tuple[str, bool | None]] = [(k, _is_param(np.dtype(d))) for k, _, d in like]
     else:
         keys = [(k, None) for k in arrays.keys()]
     pieces, layout = [], []
@@ -937,6 +937,7 @@ class FairaggStrategy(FedAvg):
     def _discover(self, grid: Grid) -> None:
         """Learn which node holds which client id (and its n_k), until all K are known."""
         K = self.num_clients
+        assert K is not None  # configure_train sets K (the connected nodes) before discovery
         deadline = time.monotonic() + self.discovery_timeout
         while True:
             nodes = list(grid.get_node_ids())
@@ -979,6 +980,7 @@ class FairaggStrategy(FedAvg):
             raise InconsistentMessageReplies(str(exc)) from exc
         k = self._int_metric(metrics, CLIENT_ID, node, None, "the query reply")
         n = self._int_metric(metrics, NUM_EXAMPLES, node, k, "the query reply")
+        assert self.num_clients is not None  # only _discover asks, once K is known
         if k >= self.num_clients:
             raise InconsistentMessageReplies(
                 f"node {node} holds client id {k}, outside [0, {self.num_clients})"
@@ -1016,6 +1018,7 @@ class FairaggStrategy(FedAvg):
                 K = len(list(grid.get_node_ids()))
                 self._set_num_clients(K)
                 log(INFO, "configure_train: K = %d clients (the connected nodes)", K)
+        assert self.num_clients is not None  # given, or the connected nodes just above
         if self._layout is None:
             self.state = self.rule.init(theta, self.num_clients)
             self._layout = layout
@@ -1151,7 +1154,9 @@ class FairaggStrategy(FedAvg):
         assert self.num_clients is not None
         known = dict(self.node_clients)  # committed by aggregate_train once the rule stepped
         out = []
-        for r in (r for r in replies if r.client is not None):
+        for r in replies:
+            if r.client is None:
+                continue
             known.setdefault(r.node, r.client)
             out.append((r.client, r))
         by_node = sorted((r for r in replies if r.client is None), key=lambda r: r.node)
@@ -1367,7 +1372,7 @@ class FairaggStrategy(FedAvg):
             _scalar(r[key]) is not None and _scalar(r[self.weighted_by_key]) is not None
             for r in records
         )
-        if metrics is not None and scalars:  # a per-class list, or NaN: no summary
+        if metrics is not None and key is not None and scalars:  # a list or NaN: no summary
             acc = np.array([r[key] for r in records], dtype=np.float64)
             n = np.array([r[self.weighted_by_key] for r in records], dtype=np.float64)
             if np.all((acc >= 0) & (acc <= 1)) and np.all(n > 0):

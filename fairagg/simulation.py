@@ -160,11 +160,15 @@ class History:
         """Sample-weighted mean test accuracy (percent) at each evaluation, shape (E,)."""
         acc = self.test_accuracy
         n = self.num_test_samples
+        if n is None:
+            raise ValueError("the history holds no evaluation yet")
         return 100.0 * (acc @ n) / n.sum()
 
     def mean_train_loss(self) -> np.ndarray:
         """Sample-weighted mean training loss at each evaluation, shape (E,)."""
         n = self.num_train_samples
+        if n is None:
+            raise ValueError("the history holds no evaluation yet")
         return (self.train_loss @ n) / n.sum()
 
     # --- persistence --------------------------------------------------------------------------
@@ -226,7 +230,8 @@ class _EvaluationSets:
     ``evaluate_clients``."""
 
     def __init__(self, model: FlatModel, data: Any) -> None:
-        self.model, self.data, self.sets = model, data, {}
+        self.model, self.data = model, data
+        self.sets: dict[np.dtype, Any] = {}
 
     def evaluate(self, theta: np.ndarray):
         """Loss and accuracy of θ on every client's test and training rows, and the time taken."""
@@ -703,7 +708,7 @@ def simulate(
     # the rule's own NamedTuple state types (a user's rule may have its own) are what a
     # checkpoint may rebuild besides fairagg's: found in the state init makes in this process
     types = known_state_types(rule.init(theta, run.K)) if ckpt_path is not None else None
-    if resume and ckpt_path.exists():
+    if resume and ckpt_path is not None and ckpt_path.exists():
         saved = load_checkpoint(ckpt_path, state_types=tuple((types or {}).values()))
         _check_restorable(saved, config, theta)
         run.restore(saved)
@@ -713,6 +718,7 @@ def simulate(
     history.num_train_samples, history.num_test_samples = n_train, n_test
 
     def save() -> float:
+        assert ckpt_path is not None  # save is called only for a run with a checkpoint
         t0 = time.perf_counter()
         _write_checkpoint(ckpt_path, run.checkpoint(), types)
         return time.perf_counter() - t0
@@ -788,7 +794,11 @@ class _Run:
         self.n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
         self.gradients = local_spec.report == "gradients"
         self.done = 0
-        self.params = self.state = self.counts = self.reported = None
+        # set by begin() or restore(), before any round
+        self.params: np.ndarray = np.empty(0)
+        self.state: Any = None
+        self.counts: np.ndarray = np.empty(0, dtype=np.int64)
+        self.reported: np.ndarray = np.empty(0)
         self.deltas: np.ndarray | None = None  # one (m, d) buffer, refilled every round
         self.evaluation = _EvaluationSets(model, data)
 
@@ -864,6 +874,7 @@ class _Run:
     def train(self, S: np.ndarray, t: int):
         """Local training (or one gradient) of the clients S from θ^t into ``self.deltas``."""
         a, spec, theta, deltas = self.train_args, self.spec, self.params, self.deltas
+        assert deltas is not None  # the rounds' buffer, made by begin() or restore()
         if self.gradients:
             local = client_gradients(
                 self.model, theta, self.data, S, batch_size=spec.gradient_batch_size,

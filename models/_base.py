@@ -66,6 +66,10 @@ class FlatModel:
         """(n_hidden, activation code) for ``models._kernels.batch_loss_grad``."""
         raise NotImplementedError
 
+    def init_params(self, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
+        """The initial parameters θ⁰, shape (num_params,), drawn from ``seed``."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
     # --- validation ---------------------------------------------------------------------------
     def _check_params(self, params: Any) -> np.ndarray:
         p = _check_real_array(params, "params", 1)
