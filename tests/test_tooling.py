@@ -41,7 +41,7 @@ def test_ci_runs_lint_and_types_after_the_docs_and_fails_on_a_finding():
     steps = ["ruff check . || exit 1", "ruff format --check . || exit 1", "mypy || exit 1"]
     at = [ci.index(s) for s in steps]
     assert at == sorted(at) and at[0] > ci.index("mkdocs build --strict")
-    assert ci.index("pip install --quiet -e '.[dev]'") < at[0]
+    assert ci.index("pip install --quiet -e '.[docs,dev]'") < at[0]
 
 
 def test_mypy_checks_models_as_fairagg_models():
