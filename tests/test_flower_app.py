@@ -87,7 +87,8 @@ def test_the_app_equals_fairagg_simulate(overrides, app_modules, tmp_path):
 
 def test_the_rules_hyper_parameters_come_from_the_config(app_modules):
     _, _, task = app_modules
-    assert task.build_rule(CONFIG).hyperparams["backend"] == "numba"  # auto, on a CPU
+    auto = "cuda" if "cuda" in fairagg.kernels.available_backends() else "numba"
+    assert task.build_rule(CONFIG).hyperparams["backend"] == auto
     assert task.build_rule({**CONFIG, "backend": "numpy"}).hyperparams["backend"] == "numpy"
     assert task.build_rule(CONFIG).hyperparams["alpha"] == 0.1
     assert task.build_rule({**CONFIG, "fedfv.alpha": 0.3}).hyperparams["alpha"] == 0.3
