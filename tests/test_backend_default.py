@@ -138,3 +138,14 @@ def test_a_comparison_written_before_backend_resumes_on_numpy(tmp_path, capsys):
     del cfg["backend"]  # as an older version wrote it
     (out / "config.json").write_text(json.dumps(cfg))
     assert _stored_compare_args(out).backend == "numpy"
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedfv"])
+def test_simulate_runs_on_cuda_as_auto_does_with_a_gpu(name):
+    """The path auto takes on a GPU: a whole run on backend="cuda" (numba's simulator on CI)
+    ends where the numpy run ends, round-off apart, with host arrays throughout."""
+    a = simulate(name, MODEL, DATA, **RUN, backend="cuda")
+    b = simulate(name, MODEL, DATA, **RUN, backend="numpy")
+    assert a.config["rule_hyperparams"]["backend"] == "cuda"
+    assert isinstance(a.final_params, np.ndarray)
+    np.testing.assert_allclose(a.final_params, b.final_params, rtol=1e-9, atol=1e-12)
