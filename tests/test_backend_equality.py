@@ -100,3 +100,31 @@ def _doc_table() -> dict[str, str]:
 def test_the_docs_table_states_every_rules_bound():
     assert set(CATEGORY) == set(RULES), "a rule without a stated bound"
     assert _doc_table() == CATEGORY
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_every_scale_holds_on_the_compiled_backend(name):
+    """tests/rules/test_scales.py proves each rule right at every float64 scale on numpy; the
+    default path of an experiment runs numba, which must give the same step there (to
+    round-off) or refuse with the same kind of error."""
+    for k in (-1070, -1040, -1000, -600, 600, 1000, 1015, 1022):
+        theta, reports, K = rule_round(name, 4, 300, np.random.default_rng(1))
+        reports = reports._replace(
+            deltas=None if reports.deltas is None else np.ldexp(reports.deltas, k),
+            gradients=None if reports.gradients is None else np.ldexp(reports.gradients, k),
+        )
+        theta = np.ldexp(theta, k)
+        out = {}
+        for b in ("numpy", "numba"):
+            rule = make_rule(name, backend=b)
+            try:
+                out[b] = rule.step(theta, reports, rule.init(theta, K)).params
+            except (ValueError, TypeError, FloatingPointError) as exc:
+                out[b] = type(exc)
+        ref, got = out["numpy"], out["numba"]
+        if isinstance(ref, type) or isinstance(got, type):
+            assert got == ref, (name, k, ref, got)
+            continue
+        assert np.all(np.isfinite(got)), (name, k)
+        scale = np.max(np.abs(ref))
+        assert np.max(np.abs(got - ref)) <= 1e-10 * scale, (name, k)
