@@ -174,6 +174,7 @@ GUIDES = [
     ("Golden vectors", "guides/golden-vectors.md"),
     ("Conformance harness", "guides/conformance.md"),
     ("Flower", "guides/flower.md"),
+    ("Your own model", "guides/own-model.md"),
     ("Conventions", "guides/conventions.md"),
     ("Errors and edge cases", "guides/errors.md"),
     ("How it is verified", "guides/verification.md"),

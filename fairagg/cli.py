@@ -1731,7 +1731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # wake the training threads, which may wait for work that will never come (a Ctrl-C
         # inside the pool's start-up can leave one unknown to the interpreter's exit, which
         # then waits for it for ever)
-        from .models._parallel import shutdown_pool
+        from .kernels._threads import shutdown_pool
 
         shutdown_pool()
         return 130

@@ -336,7 +336,7 @@ class _SyntheticStream:
     def fill(self, k0: int, k1: int, X: np.ndarray, y: np.ndarray) -> None:
         """Step 5 for clients ``k0:k1`` into ``X[: starts[k1] - starts[k0]]`` and ``y`` likewise,
         client k at rows ``starts[k] - starts[k0]`` onwards."""
-        from .models._parallel import blas_single_thread
+        from .kernels._threads import blas_single_thread
 
         base = int(self.starts[k0])
         # One BLAS thread for the clients' small (n_k, 60) × (60, 10) products: OpenBLAS's threads

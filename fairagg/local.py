@@ -41,6 +41,11 @@ Conventions
   float32 to the float32 tolerance). On one thread of a busy two-core host it ran the default
   experiment's round 18-55× (logistic regression) and 8-16× (the 60-32-10 MLP) faster than the
   reference loop (``validate/bench_local_sgd.py``).
+- A model of your own (a subclass of [`FlatModel`][models.FlatModel] providing the NumPy methods
+  its docstring lists) has no compiled kernel: ``train_clients`` runs the reference loop itself
+  for it, with the same shuffles, and ``client_gradients`` its NumPy gradient; nothing in
+  fairagg changes for it. So does a subclass of a built-in model that redefines one of its NumPy
+  methods.
 """
 
 from __future__ import annotations
@@ -57,9 +62,9 @@ from ._checks import (
     check_int,
     check_real,
 )
+from .kernels._threads import run_tasks, threads_for
 from .models import FlatModel
 from .models._kernels import gradient_one_client, sgd_one_client
-from .models._parallel import run_tasks, threads_for
 
 __all__ = [
     "LocalResult",
@@ -224,7 +229,9 @@ def train_clients(
     Parameters
     ----------
     model : fairagg.models.FlatModel
-        ``LogisticRegression`` or ``MLP``.
+        ``LogisticRegression``, ``MLP`` (compiled kernels) or a subclass of your own (the NumPy
+        reference loop of [`sgd_reference`][fairagg.local.sgd_reference], client by client in
+        the calling thread, with the same shuffles: see [`FlatModel`][models.FlatModel]).
     params : ndarray, shape (d,)
         θ^t, float32 or float64; training runs in this dtype.
     data : fairagg.data.FederatedData
@@ -243,7 +250,8 @@ def train_clients(
         Preallocated C-contiguous buffer of the dtype of ``params`` that receives the updates.
     parallel : bool
         Train clients in parallel threads, the largest first, each client by one thread
-        (``fairagg.models._parallel``); the result is bitwise identical to ``False``.
+        (``fairagg.kernels._threads``); the result is bitwise identical to ``False``. Models
+        without the compiled kernel train in the calling thread.
     propfair_m, propfair_epsilon, propfair_huber : float or None, float, bool
         Train on PropFair's surrogate with constant M (> ε), see the module docstring; None
         trains on the loss.
@@ -252,9 +260,8 @@ def train_clients(
     -------
     LocalResult
     """
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
-    theta = np.ascontiguousarray(model._check_params(params))
+    _check_model(model)
+    theta = np.ascontiguousarray(model.check_params(params))
     epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
         epochs, batch_size, lr, momentum, prox_mu
     )
@@ -267,7 +274,18 @@ def train_clients(
     _check_shuffled_sizes(ids, sizes, "local SGD")  # the kernel's shuffles draw 32-bit words
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
-    H, act = model._kernel_dims()
+    dims = model._kernel_dims()
+    if dims is None:  # a model without the compiled kernel: the NumPy reference loop
+        for i in range(m):
+            lo, hi = los[i], his[i]
+            Xk, yk = model.check_data(X[lo:hi], y[lo:hi])
+            order = client_shuffles(int(hi - lo), epochs, seed, round_index, int(ids[i]))
+            w, losses[i], accs[i] = _reference_sgd(
+                model, theta, Xk, yk, order, batch_size, lr, momentum, prox_mu, pf
+            )
+            out[i] = theta - w
+        return LocalResult(out, losses, accs, sizes)
+    H, act = dims
     hyper = (
         epochs,
         batch_size,
@@ -298,6 +316,13 @@ def train_clients(
     return LocalResult(out, losses, accs, sizes)
 
 
+def _check_model(model: Any) -> None:
+    """Refuse a model that is not a [`FlatModel`][models.FlatModel] (the contract local
+    training relies on: see its docstring)."""
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
+
+
 def _largest_first(sizes: np.ndarray) -> list[int]:
     """Client positions by decreasing size (ties in position order): the dynamic schedule then
     ends with the shortest tasks."""
@@ -310,9 +335,8 @@ def trained_accuracies(
     """Training accuracy of each locally trained model θ^t − δ_k on its client's training split,
     shape (m,): the ``accuracy_source="local"`` report (FedFa, SPEC §0). Row i of ``deltas``
     belongs to ``clients[i]``."""
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
-    theta = model._check_params(params)
+    _check_model(model)
+    theta = model.check_params(params)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
     D = as_float_array(deltas, "deltas", ndim=2)
     if D.shape != (ids.size, theta.size):
@@ -381,11 +405,13 @@ def client_gradients(
     ``client_shuffles(n_k, 1, seed, round_index, k)[0][:B]`` (the full batch when n_k ≤ B).
     ``LocalResult.deltas`` holds the gradients (the caller's ``out`` buffer when given), with
     F_k(θ^t) and the training accuracy of θ^t over all the client's rows. Clients run in
-    parallel threads; each gradient is computed by one thread, so results are reproducible.
+    parallel threads; each gradient is computed by one thread, so results are reproducible. A
+    model without the compiled kernel (a subclass of [`FlatModel`][models.FlatModel] of your
+    own) computes them with its NumPy ``loss_and_grad``, ``loss``, ``grad`` and ``accuracy``,
+    client by client in the calling thread.
     """
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
-    theta = np.ascontiguousarray(model._check_params(params))
+    _check_model(model)
+    theta = np.ascontiguousarray(model.check_params(params))
     bsz = None if batch_size is None else check_count(batch_size, "batch_size", low=1)
     seed, round_index = _check_seeds(seed, round_index)
     ids, X, y, los, his = _client_rows(clients, data, theta.dtype)
@@ -406,7 +432,20 @@ def client_gradients(
                 perms[p0s[i] : p0s[i] + bsz] = order[:bsz] + los[i]
     losses = np.empty(m, dtype=np.float64)
     accs = np.empty(m, dtype=np.float64)
-    H, act = model._kernel_dims()
+    kernel = model._kernel_dims()
+    if kernel is None:  # a model without the compiled kernel: its NumPy methods
+        for i in range(m):
+            lo, hi = los[i], his[i]
+            Xk, yk = model.check_data(X[lo:hi], y[lo:hi])
+            accs[i] = model.accuracy(theta, Xk, yk)
+            if sizes[i] > bsz:
+                losses[i] = model.loss(theta, Xk, yk)
+                rows = perms[p0s[i] : p0s[i] + bsz]
+                out[i] = model.grad(theta, X[rows], y[rows])
+            else:
+                losses[i], out[i] = model.loss_and_grad(theta, Xk, yk)
+        return LocalResult(out, losses, accs, sizes)
+    H, act = kernel
     dims = (H, model.n_classes, act, float(model.l2))
     all_rows = np.arange(X.shape[0], dtype=np.int64)
 
@@ -457,15 +496,41 @@ def sgd_reference(
     loss, accuracy : float
         F_k(θ^t) and the training accuracy of θ^t.
     """
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
-    theta = model._check_params(params)
-    X, y = model._check_data(X, y)
+    _check_model(model)
+    theta = model.check_params(params)
+    X, y = model.check_data(X, y)
     _, batch_size, lr, momentum, prox_mu = _check_hyper(1, batch_size, lr, momentum, prox_mu)
     pf_m, pf_eps, pf_huber = check_propfair(propfair_m, propfair_epsilon, propfair_huber)
     order = as_int_array(order, "order", ndim=2, min_value=0)
     if order.size and order.max() >= X.shape[0]:
         raise ValueError(f"order must index the {X.shape[0]} rows of X; got {order.max()}")
+    pf = (pf_m, pf_eps, pf_huber)
+    w, loss0, acc0 = _reference_sgd(
+        model, theta, X, y, order, batch_size, lr, momentum, prox_mu, pf
+    )
+    if not np.all(np.isfinite(w)):
+        raise FloatingPointError(
+            f"local training diverged: non-finite parameters (lower lr, currently {lr})"
+        )
+    return theta - w, loss0, acc0
+
+
+def _reference_sgd(
+    model: FlatModel,
+    theta: np.ndarray,
+    X: np.ndarray,
+    y: np.ndarray,
+    order: np.ndarray,
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    prox_mu: float,
+    pf: tuple[float, float, bool],
+) -> tuple[np.ndarray, float, float]:
+    """[`sgd_reference`][fairagg.local.sgd_reference] on checked arguments: the parameters w
+    after training, F_k(θ^t) and the training accuracy of θ^t. Stops at the first step whose
+    parameters are not finite and returns them (the caller reports the divergence)."""
+    pf_m, pf_eps, pf_huber = pf
     loss0 = model.loss(theta, X, y)
     acc0 = model.accuracy(theta, X, y)
     w = theta.copy()
@@ -484,7 +549,5 @@ def sgd_reference(
                 v = momentum * v + g
                 w = w - lr * v
                 if not np.all(np.isfinite(w)):
-                    raise FloatingPointError(
-                        f"local training diverged: non-finite parameters (lower lr, currently {lr})"
-                    )
-    return theta - w, loss0, acc0
+                    return w, loss0, acc0
+    return w, loss0, acc0

@@ -1,7 +1,9 @@
 """Minimal NumPy models with analytic gradients on one flat float64 parameter vector.
 
 Each model has a NumPy reference (the specification) and Numba kernels for float32 and float64
-used by the local trainer (``fairagg.local``).
+used by the local trainer (``fairagg.local``). A model of your own is a subclass of
+[`FlatModel`][models.FlatModel] that provides the NumPy methods its docstring lists; it trains
+on the NumPy reference loop and needs no change to fairagg.
 """
 
 from ._base import FlatModel

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels._threads import run_tasks, threads_for
 from . import _kernels
-from ._parallel import run_tasks, threads_for
 
 __all__ = ["FlatModel", "check_dims", "check_init_args", "l2_penalty"]
 
@@ -47,37 +47,110 @@ def check_init_args(seed: Any, dtype: Any) -> tuple[int, np.dtype]:
 class FlatModel:
     """Base of the models: every model is a function of one flat parameter vector.
 
-    Subclasses define ``n_features``, ``n_classes``, ``l2``, ``layout()``, ``logits`` and
-    ``loss_and_grad`` in NumPy float64 (the specification), and ``_kernel_dims`` for the Numba
-    kernel that computes the same quantities.
+    Local training ([`train_clients`][fairagg.local.train_clients],
+    [`client_gradients`][fairagg.local.client_gradients],
+    [`trained_accuracies`][fairagg.local.trained_accuracies]), the evaluation of a run and
+    [`simulate`][fairagg.simulation.simulate] take any subclass. A subclass must provide, in NumPy
+    (the specification):
+
+    - ``n_features``, ``n_classes``: the input dimension p and the number of classes C, compared
+      with the data's;
+    - ``num_params``: the length d of the parameter vector (a property);
+    - ``init_params(seed=0, dtype=np.float64)``: θ⁰, shape (d,), in ``dtype`` (float32 or float64:
+      training runs in the dtype of the parameters);
+    - ``logits(params, X)``: the scores, shape (n, C), whose argmax is the predicted class;
+    - ``loss_and_grad(params, X, y)``: the mean loss over the rows of ``X`` (plus any penalty) and
+      its gradient with respect to the flat parameter vector, shape (d,).
+
+    From these the base class derives what training and evaluation call:
+    [`check_params`][models.FlatModel.check_params],
+    [`check_data`][models.FlatModel.check_data],
+    [`predict`][models.FlatModel.predict],
+    [`accuracy`][models.FlatModel.accuracy], [`loss`][models.FlatModel.loss],
+    [`grad`][models.FlatModel.grad] and
+    [`evaluate_clients`][models.FlatModel.evaluate_clients]; a subclass may override
+    them (``loss`` without the gradient, say), keeping their meaning. The methods must not change
+    ``self`` or their arguments.
+
+    A model trains on the NumPy reference loop of
+    [`sgd_reference`][fairagg.local.sgd_reference] (the same shuffles and update formula) and
+    is evaluated with ``loss`` and ``accuracy``. The built-in
+    [`LogisticRegression`][models.LogisticRegression] and [`MLP`][models.MLP] run
+    compiled kernels instead (a private acceleration, tested equal to that loop to round-off),
+    unless a subclass redefines one of the NumPy methods above: it then trains on the reference
+    loop like any other model.
     """
 
     # Declared for type checkers; the concrete frozen dataclasses define them as fields.
     n_features: int
     n_classes: int
-    l2: float
+    l2: float  # the built-in models' L2 coefficient, which their kernels read
 
     # --- to be provided by subclasses -------------------------------------------------------
     @property
-    def num_params(self) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _kernel_dims(self) -> tuple[int, int]:  # pragma: no cover - abstract
-        """(n_hidden, activation code) for ``models._kernels.batch_loss_grad``."""
-        raise NotImplementedError
+    def num_params(self) -> int:
+        """Length d of the flat parameter vector."""
+        raise NotImplementedError(_missing(self, "the property num_params"))
 
     def init_params(self, seed: int = 0, dtype: Any = np.float64) -> np.ndarray:
         """The initial parameters θ⁰, shape (num_params,), drawn from ``seed``."""
-        raise NotImplementedError  # pragma: no cover - abstract
+        raise NotImplementedError(_missing(self, "init_params(seed, dtype)"))
+
+    def _kernel_dims(self) -> tuple[int, int] | None:
+        """(n_hidden, activation code) of the built-in compiled kernel
+        (``models._kernels.batch_loss_grad``) that computes this model's NumPy methods, or None
+        (the default): local training and evaluation then run on the NumPy methods."""
+        return None
+
+    def _same_maths(self, cls: type) -> bool:
+        """Whether this model's NumPy methods are those of the built-in class ``cls``: a
+        subclass that redefines one of them must not run ``cls``'s kernel."""
+        return _same_maths(type(self), cls)
+
+    def _dims(self) -> tuple[int, int]:
+        """``_kernel_dims`` of a model known to have the compiled kernel."""
+        dims = self._kernel_dims()
+        if dims is None:
+            raise TypeError(f"{type(self).__name__} has no compiled kernel")
+        return dims
 
     # --- validation ---------------------------------------------------------------------------
-    def _check_params(self, params: Any) -> np.ndarray:
+    def check_params(self, params: Any) -> np.ndarray:
+        """``params`` as a 1-D float32 or float64 array of length ``num_params`` (other float
+        dtypes become float64), refusing any other shape or dtype kind and NaN or infinity.
+
+        Raises
+        ------
+        TypeError
+            When ``params`` is not a float array.
+        ValueError
+            When its shape is not (num_params,) or it holds NaN or infinity.
+        """
         p = _check_real_array(params, "params", 1)
         if p.shape[0] != self.num_params:
             raise ValueError(
                 f"params must have shape ({self.num_params},) for {self!r}; got {p.shape}"
             )
         return p
+
+    def check_data(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(X, y)`` checked: ``X`` a finite float array of shape (n, n_features) with n ≥ 1,
+        ``y`` its n integer labels in [0, n_classes), returned as int64.
+
+        Raises
+        ------
+        TypeError
+            When ``X`` is not a float array or ``y`` not an integer one.
+        ValueError
+            When a shape, a label or a value is out of range.
+        """
+        Xa = self._check_X(X)
+        if Xa.shape[0] == 0:
+            raise ValueError("X must hold at least one sample; got 0 rows")
+        return Xa, self._check_y(y, Xa.shape[0])
+
+    def _check_params(self, params: Any) -> np.ndarray:
+        return self.check_params(params)
 
     def _check_X(self, X: Any) -> np.ndarray:
         arr = _check_real_array(X, "X", 2)
@@ -98,14 +171,13 @@ class FlatModel:
         return arr.astype(np.int64, copy=False)
 
     def _check_data(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        Xa = self._check_X(X)
-        if Xa.shape[0] == 0:
-            raise ValueError("X must hold at least one sample; got 0 rows")
-        return Xa, self._check_y(y, Xa.shape[0])
+        return self.check_data(X, y)
 
     # --- shared NumPy API -----------------------------------------------------------------------
-    def logits(self, params: Any, X: Any) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def logits(self, params: Any, X: Any) -> np.ndarray:
+        """Scores of every row of ``X``, shape (n, n_classes): the predicted class is their
+        argmax."""
+        raise NotImplementedError(_missing(self, "logits(params, X)"))
 
     def predict(self, params: Any, X: Any) -> np.ndarray:
         """Predicted class of every row of ``X``: argmax of the logits (first index on ties).
@@ -122,7 +194,9 @@ class FlatModel:
         return float(np.mean(self.predict(params, Xa) == ya))
 
     def loss(self, params: Any, X: Any, y: Any) -> float:
-        """Mean cross-entropy over the rows of ``X`` plus ``l2/2 * ||weights||^2``."""
+        """The mean loss over the rows of ``X`` (plus any penalty): the first value of
+        [`loss_and_grad`][models.FlatModel.loss_and_grad]. For the built-in models, the
+        mean cross-entropy plus ``l2/2 * ||weights||^2``."""
         return self.loss_and_grad(params, X, y)[0]
 
     def grad(self, params: Any, X: Any, y: Any) -> np.ndarray:
@@ -130,10 +204,10 @@ class FlatModel:
         vector, shape (d,)."""
         return self.loss_and_grad(params, X, y)[1]
 
-    def loss_and_grad(
-        self, params: Any, X: Any, y: Any
-    ) -> tuple[float, np.ndarray]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def loss_and_grad(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
+        """The model's mean loss over the rows of ``X`` (plus any penalty) and its gradient with
+        respect to the flat parameter vector, shape (d,)."""
+        raise NotImplementedError(_missing(self, "loss_and_grad(params, X, y)"))
 
     # --- Numba entry points ---------------------------------------------------------------------
     def loss_and_grad_numba(self, params: Any, X: Any, y: Any) -> tuple[float, np.ndarray]:
@@ -141,13 +215,14 @@ class FlatModel:
         the dtype of ``params``.
 
         ``X`` is cast to the dtype of ``params`` (float32 or float64). Equal to the NumPy
-        reference to round-off (tested).
+        reference to round-off (tested). Built-in models only: a model without the compiled
+        kernel raises TypeError.
         """
         p = self._check_params(params)
         Xa, ya = self._check_data(X, y)
         Xa = np.ascontiguousarray(Xa, dtype=p.dtype)
         p = np.ascontiguousarray(p)
-        H, act = self._kernel_dims()
+        H, act = self._dims()
         grad = np.empty_like(p)
         work = np.empty(_kernels.work_size(H, self.n_classes), dtype=p.dtype)
         rows = np.arange(Xa.shape[0], dtype=np.int64)
@@ -208,12 +283,16 @@ class FlatModel:
         client owning a row.
 
         The rows are cut into blocks of about ``EVAL_BLOCK_MACS`` multiply-adds, computed on
-        the threads of ``fairagg.models._parallel`` (each block by one thread, so the result
+        the threads of ``fairagg.kernels._threads`` (each block by one thread, so the result
         does not depend on the thread count), or in the calling thread when the whole evaluation
-        is below ``_parallel.MIN_PARALLEL_MACS``;
+        is below ``_threads.MIN_PARALLEL_MACS``;
         a client's loss is the sum of its rows' losses, in row order, over its size, plus the L2
-        penalty.
+        penalty. A model without the compiled kernel is evaluated client by client in the calling
+        thread, with its [`loss`][models.FlatModel.loss] and
+        [`accuracy`][models.FlatModel.accuracy].
         """
+        if self._kernel_dims() is None:
+            return self._evaluate_reference(p, X, y, offsets)
         N = X.shape[0]
         row_loss = np.empty(N, dtype=np.float64)
         hit = np.empty(N, dtype=np.int64)
@@ -228,9 +307,23 @@ class FlatModel:
         losses = np.add.reduceat(row_loss, first) / sizes + self._penalty(p)
         return losses, np.add.reduceat(hit, first) / sizes
 
+    def _evaluate_reference(
+        self, p: np.ndarray, X: np.ndarray, y: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``_evaluate_rows`` of a model without the compiled kernel: its NumPy ``loss`` and
+        ``accuracy`` on each client's rows."""
+        K = offsets.size - 1
+        losses = np.empty(K, dtype=np.float64)
+        accs = np.empty(K, dtype=np.float64)
+        for k in range(K):
+            lo, hi = offsets[k], offsets[k + 1]
+            losses[k] = self.loss(p, X[lo:hi], y[lo:hi])
+            accs[k] = self.accuracy(p, X[lo:hi], y[lo:hi])
+        return losses, accs
+
     def _macs_per_row(self) -> int:
         """Multiply-adds of one forward pass over one row."""
-        H, _ = self._kernel_dims()
+        H, _ = self._dims()
         p_in, C = self.n_features, self.n_classes
         return p_in * H + H * C if H else p_in * C
 
@@ -244,7 +337,7 @@ class FlatModel:
 
     def _penalty(self, p: np.ndarray) -> float:
         """``l2/2 · ||weights||²`` of ``p`` in float64 (biases carry no penalty)."""
-        H, _ = self._kernel_dims()
+        H, _ = self._dims()
         p_in, C = self.n_features, self.n_classes
         w2 = H * p_in + H if H else 0  # offset of the output layer's weights
         b2 = w2 + C * (H if H else p_in)
@@ -266,7 +359,7 @@ class FlatModel:
         multiple of 4 (a row's logits are computed with the three rows beside it, in
         ``dense_rows``' groups of 4 counted from row 0, so its bits do not depend on the block
         size)."""
-        H, act = self._kernel_dims()
+        H, act = self._dims()
         C = self.n_classes
         p_in = X.shape[1]
         w2 = H * p_in + H if H else 0  # offset of the output layer's weights
@@ -305,6 +398,31 @@ class FlatModel:
         first = np.zeros(1, dtype=np.int64)
         loss = np.add.reduceat(row_loss, first)[0] / N + penalty
         return float(loss), float(np.add.reduceat(hit, first)[0] / N)
+
+
+#: The NumPy methods a built-in model's compiled kernel reproduces: a subclass that redefines one
+#: of them trains and is evaluated on the NumPy reference instead (``FlatModel._same_maths``).
+_KERNEL_MATHS = ("logits", "loss_and_grad", "loss", "grad", "predict", "accuracy")
+
+
+#: ``_same_maths``' answers by (class, built-in class): asked for at every kernel call.
+_SAME_MATHS: dict[tuple[type, type], bool] = {}
+
+
+def _same_maths(kind: type, cls: type) -> bool:
+    """Whether the class ``kind`` has the NumPy methods of ``cls``."""
+    key = (kind, cls)
+    if key not in _SAME_MATHS:
+        _SAME_MATHS[key] = all(getattr(kind, n) is getattr(cls, n) for n in _KERNEL_MATHS)
+    return _SAME_MATHS[key]
+
+
+def _missing(model: FlatModel, what: str) -> str:
+    return (
+        f"{type(model).__name__} must define {what}: a model is a subclass of"
+        " fairagg.models.FlatModel that provides n_features, n_classes, num_params, init_params,"
+        " logits and loss_and_grad"
+    )
 
 
 #: Multiply-adds per evaluation block at most (3500 rows of the 60 × 10 logistic model, 940 of the

@@ -449,7 +449,7 @@ def shuffles(entropy, n, epochs):
 # --- local SGD (fairagg.local wraps these) ---------------------------------------------------
 # They live beside the kernel they call: Numba's on-disk cache is invalidated per source file,
 # so a caller in another file would keep running a stale copy of an edited kernel. They release
-# the GIL: models._parallel runs one client per call on its threads.
+# the GIL: fairagg.kernels._threads runs one client per call on its threads.
 #
 # A training step works on whole minibatches, in scratch arrays whose rows are padded with zeros
 # to a multiple of ``_LANES`` entries: the batch's rows gathered into ``Xb`` (nb × P), the

@@ -96,7 +96,10 @@ class MLP(FlatModel):
             theta[sl] = rng.uniform(-bound, bound, size=fan_in * fan_out)
         return theta.astype(dtype, copy=False)
 
-    def _kernel_dims(self) -> tuple[int, int]:
+    def _kernel_dims(self) -> tuple[int, int] | None:
+        # the compiled kernel computes this class's NumPy methods, not a subclass's own
+        if not self._same_maths(MLP):
+            return None
         return self.n_hidden, _ACTIVATIONS[self.activation]
 
     def _hidden(self, A: np.ndarray) -> np.ndarray:

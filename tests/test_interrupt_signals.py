@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fairagg.cli import main
-from fairagg.models._parallel import run_tasks
+from fairagg.kernels._threads import run_tasks
 
 SIM = importlib.import_module("fairagg.simulation")
 ARGV = ["--clients", "5", "--clients-per-round", "3", "--rounds", "3", "--epochs", "1",
@@ -73,7 +73,7 @@ def test_an_interrupted_command_stops_the_training_threads(tmp_path, monkeypatch
     # a Ctrl-C that lands while the pool starts a thread can leave that thread unknown to the
     # executor's exit hook, and the interpreter would wait for it for ever: the command line
     # stops the pool's threads itself before it exits
-    from fairagg.models import _parallel
+    from fairagg.kernels import _threads as _parallel
 
     run_tasks(lambda i: None, [0, 1], threads=2)  # the pool exists, its threads idle
     threads = [t for t in threading.enumerate() if t.name.startswith("fairagg")]

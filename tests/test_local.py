@@ -208,7 +208,7 @@ HYPER = dict(epochs=2, batch_size=3, lr=0.1, momentum=0.5, prox_mu=0.1, seed=11,
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_parallel_and_serial_are_bitwise_identical(name, dtype, monkeypatch):
-    from fairagg.models import _parallel
+    from fairagg.kernels import _threads as _parallel
 
     monkeypatch.setattr(_parallel, "MIN_PARALLEL_MACS", 0)  # these clients are far below it
     model = MODELS[name]

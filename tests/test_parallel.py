@@ -1,4 +1,4 @@
-"""The thread schedule of the CPU kernels (``fairagg.models._parallel``): every task once, errors
+"""The thread schedule of the CPU kernels (``fairagg.kernels._threads``): every task once, errors
 raised, results bitwise independent of the thread count, and a FedAvg trajectory pinned to its
 bits."""
 
@@ -15,11 +15,11 @@ import pytest
 
 from fairagg import simulate
 from fairagg.data import synthetic
+from fairagg.kernels import _threads as parallel
+from fairagg.kernels._threads import num_threads, run_tasks, threads_for
 from fairagg.local import client_gradients, train_clients
 from fairagg.models import MLP, LogisticRegression
 from fairagg.models import _base as model_base
-from fairagg.models import _parallel as parallel
-from fairagg.models._parallel import num_threads, run_tasks, threads_for
 
 MAX_THREADS = numba.config.NUMBA_NUM_THREADS
 needs_two = pytest.mark.skipif(MAX_THREADS < 2, reason="Numba was started with one thread")
@@ -227,8 +227,9 @@ def fedavg_trajectory(model, threads: int) -> np.ndarray:
 @pytest.mark.parametrize("name", list(TRAJECTORY_MODELS))
 def test_fedavg_trajectory_is_pinned(name, threads):
     """The trajectory of ``fedavg_trajectory``, first recorded before the round's work moved
-    from prange to models._parallel, re-recorded once when local SGD's kernel took new training
-    bits (issue 38: blocked minibatch steps, round-off from the NumPy loop) and pinned since.
+    from prange to the pool now in fairagg.kernels._threads, re-recorded once when local SGD's
+    kernel took new training bits (issue 38: blocked minibatch steps, round-off from the NumPy
+    loop) and pinned since.
     Bitwise on the CPU it was recorded on; Numba compiles for the host, so another CPU may
     reassociate the dot products differently and is held to round-off. Re-record (only for a
     change meant to change training bits, and say so in its commit) with

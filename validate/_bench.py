@@ -101,12 +101,12 @@ _PROBE_CHUNK = 2**20
 def read_probe(a):
     """Sum of ``a``: a memory-read bandwidth probe for arrays far larger than cache.
 
-    It runs on fairagg's own threads (``fairagg.models._parallel``), as the kernels it is
+    It runs on fairagg's own threads (``fairagg.kernels._threads``), as the kernels it is
     compared with do: an OpenMP probe interleaved with them left its threads spinning after each
     call and took a core from the kernel measured next (the weighted sum read at 0.6-0.7 of such
     a probe, at 1.0 of it when each ran alone).
     """
-    from fairagg.models._parallel import run_tasks
+    from fairagg.kernels._threads import run_tasks
 
     n = a.size
     starts = list(range(0, n, _PROBE_CHUNK))

@@ -40,8 +40,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _bench import add_load_argument, loads, median_time, threads, write_results  # noqa: E402
 
 from fairagg.data import FederatedData, _concat_clients, _split, synthetic  # noqa: E402
+from fairagg.kernels._threads import num_threads  # noqa: E402
 from fairagg.models import MLP, LogisticRegression  # noqa: E402
-from fairagg.models._parallel import num_threads  # noqa: E402
 
 #: Issue 38's targets.
 TARGET_S_PER_MROW, BEFORE_S_PER_MROW, TARGET_PEAK, TARGET_EVAL = 2.5, 3.7, 2.0, 2.0

@@ -85,7 +85,7 @@ from _bench import (  # noqa: E402
 
 from fairagg.kernels import gram  # noqa: E402
 from fairagg.kernels.cpu import GRAM_MAX_M, use_gram_kernel  # noqa: E402
-from fairagg.models._parallel import num_threads as numba_num_threads  # noqa: E402
+from fairagg.kernels._threads import num_threads as numba_num_threads  # noqa: E402
 from fairagg.rules.fedfv import _combine, fedfv_direction  # noqa: E402
 
 #: (m, d, repeats): the vector call at (100, 10⁶) takes several seconds, so few repeats there.

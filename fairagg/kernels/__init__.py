@@ -39,7 +39,7 @@ from .._checks import (
     check_device_array,
     is_device_array,
 )
-from ..models._parallel import blas_single_thread
+from ._threads import blas_single_thread
 
 __all__ = [
     "BACKENDS",

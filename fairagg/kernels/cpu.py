@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..models._parallel import num_threads, run_tasks, threads_for
+from ._threads import num_threads, run_tasks, threads_for
 from ._guard import kernel_arrays, same_length
 
 __all__ = [
@@ -45,9 +45,9 @@ _TASK_MACS = 2**20
 
 def _share(kernel, nblk: int, macs: int) -> None:
     """Run ``kernel(lo, hi)`` over the blocks ``0 .. nblk - 1``: in one call on the calling
-    thread below ``models._parallel.MIN_PARALLEL_MACS`` multiply-adds or with one thread, else
+    thread below ``kernels._threads.MIN_PARALLEL_MACS`` multiply-adds or with one thread, else
     as tasks of consecutive blocks (at least ``_TASK_MACS`` each) on the threads of
-    ``fairagg.models._parallel``, which take the next task when they finish one (a thread
+    ``fairagg.kernels._threads``, which take the next task when they finish one (a thread
     slowed by another process takes fewer). Every block is computed alike either way, so the
     result does not depend on the thread count."""
     threads = threads_for(macs)

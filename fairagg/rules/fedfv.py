@@ -85,7 +85,7 @@ from .._checks import (
     check_real,
 )
 from ..kernels import check_backend, gram, two_combinations
-from ..models._parallel import blas_single_thread
+from ..kernels._threads import blas_single_thread
 from ..types import Aggregate, RoundReports, Rule, check_reports, check_state, client_indices
 
 __all__ = [
@@ -325,7 +325,7 @@ def fedfv_direction(
         projection loop compiled by Numba). ``method="vector"`` is the readable
         specification and runs only on ``"numpy"``; ``"numba"`` runs its BLAS calls (the small
         products on the Gram matrix, the norms) on one BLAS thread, its two passes on Numba's
-        threads (``fairagg.models._parallel``).
+        threads (``fairagg.kernels._threads``).
 
     Returns
     -------
