@@ -109,3 +109,10 @@ def test_the_default_path_is_the_rule_an_experiment_runs(tiny_run, capsys):
     flops_time = (6 * 7 * 3000 + 4 * 6 * 3000 + 4 * 6**3) / (row["peak_GFLOPs"] * 1e9)
     assert math.isclose(row["roofline_s"], max(bytes_time, flops_time), rel_tol=1e-9)
     assert math.isclose(row["step_over_roofline"], row["t_step_s"] / row["roofline_s"])
+    # what the step's time is made of: its two passes timed alone, and the rest
+    for key in ("t_ddt_copy_s", "t_final_s"):
+        assert math.isfinite(row[key]) and row[key] > 0.0, key
+    assert math.isclose(row["share_ddt_copy"], row["t_ddt_copy_s"] / row["t_step_s"])
+    assert math.isclose(row["share_final"], row["t_final_s"] / row["t_step_s"])
+    shares = sum(row[f"share_{k}"] for k in ("ddt_copy", "final", "rest"))
+    assert math.isclose(shares, 1.0, rel_tol=1e-12)

@@ -50,7 +50,11 @@ rule's initial state), on every thread the process has (``--threads`` does not p
 the roofline on those threads: the same flops at the peak GEMM rate measured with BLAS's default
 threads, and 3·m·d·8 bytes at the read probe's rate, since the step reads the updates for DDᵀ and
 for W @ D and, with τ = 1, writes a copy of them into the rule's state for the next round's
-window. Written to ``DIR/bench_fedfv_default.{csv,json}``.
+window (on numba the Gram kernel writes it as it reads the updates, into new memory, as every step's
+state is). The shares ``DDᵀ+copy`` (that pass alone: ``kernels.cpu._gram_and_copy``
+into an array written before, or the Gram matrix then a copy above ``GRAM_MAX_M``), ``final``
+(W @ D alone, on the rule's backend) and ``rest`` say what the step's time is made of. Written
+to ``DIR/bench_fedfv_default.{csv,json}``.
 
 Run: ``python validate/bench_fedfv.py [--quick] [--out DIR] [--threads N] [--repeats R]
 [--cases 10x100000,100x1000000] [--load L]``; writes ``DIR/bench_fedfv.{csv,json}`` (default
@@ -84,8 +88,8 @@ from _bench import (  # noqa: E402
 )
 
 from fairagg.kernels import gram  # noqa: E402
-from fairagg.kernels.cpu import GRAM_MAX_M, use_gram_kernel  # noqa: E402
 from fairagg.kernels._threads import num_threads as numba_num_threads  # noqa: E402
+from fairagg.kernels.cpu import GRAM_MAX_M, _gram_and_copy, use_gram_kernel  # noqa: E402
 from fairagg.rules.fedfv import _combine, fedfv_direction  # noqa: E402
 
 #: (m, d, repeats): the vector call at (100, 10⁶) takes several seconds, so few repeats there.
@@ -199,11 +203,17 @@ def measure_default_path(m: int, d: int, repeats: int, seed: int = 0) -> dict:
     rule = _rule_on_backend("fedfv", "auto")
     state = rule.init(theta, m)
     A = np.random.default_rng([seed, m, d, 3]).standard_normal((PEAK_N, PEAK_N))
+    W = np.random.default_rng([seed, m, d, 4]).standard_normal((2, m))
+    copy = np.ones_like(D)
     flat = D.reshape(-1)
     fns = {
         "step": lambda: rule.step(theta, reports, state),
         "peak": lambda: A @ A,
         "probe": lambda: read_probe(flat),
+        # the step's two passes alone: the Gram matrix (with the window's copy written on the
+        # way, here into an array written before) and W @ D
+        "ddt_copy": lambda: _gram_pass(D, copy, rule.hyperparams["backend"]),
+        "final": lambda: _combine(W, D, D[:0], rule.hyperparams["backend"]),
     }
     t = median_time(fns, repeats, settle=0.2)
     flops = m * (m + 1) * d + 4 * m * d + 4 * m**3
@@ -221,7 +231,22 @@ def measure_default_path(m: int, d: int, repeats: int, seed: int = 0) -> dict:
         "roofline_s": roof,
         "bound": "flops" if flops / peak >= nbytes / bw else "bytes",
         "step_over_roofline": t["step"] / roof,
+        "t_ddt_copy_s": t["ddt_copy"],
+        "t_final_s": t["final"],
+        "share_ddt_copy": t["ddt_copy"] / t["step"],
+        "share_final": t["final"] / t["step"],
+        "share_rest": 1.0 - (t["ddt_copy"] + t["final"]) / t["step"],
     }
+
+
+def _gram_pass(D: np.ndarray, out: np.ndarray, backend: str) -> np.ndarray:
+    """The default step's first pass: G with the copy of D written into ``out`` where Numba's
+    kernel computes G (``use_gram_kernel``), else G on ``backend`` then the copy."""
+    if backend == "numba" and use_gram_kernel(D.shape[0]):
+        return _gram_and_copy(D, out)
+    G = gram(D, backend)
+    out[...] = D
+    return G
 
 
 def print_table(rows: list[dict], threads_used: int, load: str = "idle") -> None:
@@ -280,12 +305,15 @@ def print_default_path(rows: list[dict], load: str) -> None:
         f"{tag} Default path: rule.step of fedfv as simulate builds it (backend='auto', alpha "
         "0.1, tau 1), all threads, against max(flops / peak GEMM, 3·m·d·8 bytes / read probe):"
     )
+    print("(DDᵀ+copy, final, rest: shares of the step's time, the passes timed alone)")
     print(f"{'m':>5}{'d':>9}{'backend':>9}{'threads':>9}{'step ms':>9}{'roof ms':>9}{'bound':>7}"
-          f"{'× roof':>8}")  # fmt: skip
+          f"{'× roof':>8}{'DDᵀ+copy':>10}{'final':>7}{'rest':>7}")  # fmt: skip
     for r in rows:
         print(
             f"{r['m']:>5}{r['d']:>9}{r['backend']:>9}{r['threads']:>9}{r['t_step_s'] * 1e3:>9.2f}"
             f"{r['roofline_s'] * 1e3:>9.2f}{r['bound']:>7}{r['step_over_roofline']:>8.2f}"
+            + "".join(f"{r['share_' + k]:>{w}.0%}" for k, w in (("ddt_copy", 10), ("final", 7)))
+            + f"{r['share_rest']:>7.0%}"
         )
         if (r["m"], r["d"]) not in TARGET_ROOF_CASES:
             continue

@@ -49,7 +49,9 @@ Two implementations compute the same numbers (to round-off; ``method=``):
   (2, m+w) × (m+w, d) product for ḡ and the mean update. Its two passes over the updates run
   on ``backend="numpy"`` (BLAS), ``"numba"`` (a register-tiled Numba Gram kernel up to
   ``kernels.cpu.GRAM_MAX_M`` updates, BLAS's SYRK above, and a one-pass Numba kernel for the
-  product: the fastest on a CPU) or ``"cuda"`` ([`fairagg.kernels`][fairagg.kernels]); the
+  product: the fastest on a CPU; the rule's step has that Gram kernel also write the copy of
+  the round's updates that its state keeps for the window, as it reads them) or ``"cuda"``
+  ([`fairagg.kernels`][fairagg.kernels]); the
   coefficient-space work on G is O(m³), independent of d, on the host for every backend (its
   projection loop compiled by Numba).
 
@@ -334,20 +336,31 @@ def fedfv_direction(
     check_choice(method, "method", FEDFV_METHODS)
     _check_method_backend(method, backend)
     args = (deltas, losses, alpha, order, seed, round_index, history, tau, variant, method)
+    return _dispatch(args, client_ids, rescale, backend)
+
+
+def _dispatch(
+    args: tuple, client_ids: Any, rescale: bool, backend: str, copy_to: np.ndarray | None = None
+) -> FedFVResult:
+    """``_fedfv_direction`` on ``backend``'s BLAS threads; ``copy_to``: see there."""
+    # passed by name only when given (the positional call is the one tests watch)
+    extra: dict[str, Any] = {} if copy_to is None else {"copy_to": copy_to}
+    full = (*args, client_ids, rescale, backend)
     if backend == "numba":
         # BLAS's threads spin for a while after each call and took the second core from the
         # Numba threads (2 threads were 8x slower than 1 at m = 10, d = 1e5)
         with blas_single_thread():
-            return _fedfv_direction(*args, client_ids, rescale, backend)
-    return _fedfv_direction(*args, client_ids, rescale, backend)
+            return _fedfv_direction(*full, **extra)
+    return _fedfv_direction(*full, **extra)
 
 
 def _fedfv_direction(
     deltas, losses, alpha, order, seed, round_index, history, tau, variant, method, client_ids,
-    rescale, backend,
+    rescale, backend, copy_to=None,
 ) -> FedFVResult:  # fmt: skip
     """[`fedfv_direction`][fairagg.rules.fedfv.fedfv_direction] once ``method`` and ``backend`` are
-    checked."""
+    checked. ``copy_to`` (the rule's step): an (m, d) float64 array that receives a copy of the
+    updates, written by the Gram pass where that is Numba's kernel (no pass of its own)."""
     # The Gram path finds a non-finite entry in the Gram matrix's diagonal instead of a separate
     # pass over the (m, d) updates (that pass costs about a tenth of the step).
     D = as_float_array(deltas, "deltas", ndim=2, min_size=1, finite=method == "vector")
@@ -381,13 +394,23 @@ def _fedfv_direction(
     H = history.updates
     H64 = (H if used.size == H.shape[0] else H[used]).astype(np.float64, copy=False)
 
-    def run(D_: np.ndarray, H_: np.ndarray) -> tuple | None:
+    def run(D_: np.ndarray, H_: np.ndarray, copy: np.ndarray | None = None) -> tuple | None:
         with np.errstate(over="ignore", invalid="ignore"):  # out of range: None, scaled below
             if method == "gram":
-                return _gram(D_, H_, perm, kept, groups, backend)
+                return _gram(D_, H_, perm, kept, groups, backend, copy)
             return _vector(D_, H_, perm, kept, groups)
 
-    out = run(D64, H64)
+    fused = (
+        copy_to is not None
+        and method == "gram"
+        and backend == "numba"
+        and D64.flags.c_contiguous
+        and copy_to.dtype == np.float64
+        and _cpu().use_gram_kernel(m)
+    )
+    out = run(D64, H64, copy_to if fused else None)  # the copy is of the unscaled updates
+    if copy_to is not None and not fused:
+        copy_to[...] = D
     e = 0
     if out is None:
         # Squared norms out of [2^-968, 2^1000]: the direction is positively homogeneous in the
@@ -547,14 +570,19 @@ def _external_vector(
     return g_bar, found, made
 
 
-def _gram(D, H, perm, kept, groups, backend):
-    """Algs. 2-3 in coefficient space over G = U Uᵀ. Returns what ``_vector`` does."""
+def _gram(D, H, perm, kept, groups, backend, copy=None):
+    """Algs. 2-3 in coefficient space over G = U Uᵀ. Returns what ``_vector`` does. ``copy``:
+    an array that Numba's Gram kernel fills with D on its way (``backend="numba"``, m ≤
+    ``kernels.cpu.GRAM_MAX_M``, float64 C-contiguous D)."""
     m, h = D.shape[0], H.shape[0]
     if backend == "cuda" and h:  # one kernel over U = [D; H] rather than three transfers
         G = gram(np.concatenate([D, H]), backend)
     else:
         G = np.empty((m + h, m + h))
-        G[:m, :m] = gram(D, backend)  # one SYRK (or kernel): the round's Gram matrix
+        if copy is None:
+            G[:m, :m] = gram(D, backend)  # one SYRK (or kernel): the round's Gram matrix
+        else:  # the same kernel as gram(D, "numba"), copying D on its way
+            G[:m, :m] = _cpu()._gram_and_copy(D, copy)
         if h:
             G[m:, :m] = H @ D.T
             G[:m, m:] = G[m:, :m].T
@@ -651,12 +679,51 @@ def _combine(W: np.ndarray, D: np.ndarray, H: np.ndarray, backend: str) -> np.nd
     return V
 
 
+def _cpu():
+    """``fairagg.kernels.cpu``, imported when the numba backend first needs it."""
+    from ..kernels import cpu
+
+    return cpu
+
+
+def _first_next(t: int, tau: int, variant: str) -> int:
+    """The first round of the next round's window (it may be empty)."""
+    return (t + 1 - tau) if variant == "paper" else (t + 2 - tau)
+
+
+def _history_rows(
+    history: FedFVHistory,
+    D: np.ndarray,
+    t: int,
+    tau: int,
+    variant: str,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A new, uninitialised array for the updates of ``_next_history``'s result, and its rows
+    for this round's updates (None where they are not kept). Always new memory: a state a
+    caller holds is never written again, and a rule keeps nothing between steps."""
+    first_next = _first_next(t, tau, variant)
+    kept = int(np.count_nonzero(history.rounds >= first_next))
+    here = t >= first_next
+    shape = (kept + (D.shape[0] if here else 0), D.shape[1])
+    updates = np.empty(shape, history.updates.dtype)
+    return updates, (updates[kept:] if here else None)
+
+
 def _next_history(
-    history: FedFVHistory, D: np.ndarray, ids: np.ndarray, t: int, tau: int, variant: str
+    history: FedFVHistory,
+    D: np.ndarray,
+    ids: np.ndarray,
+    t: int,
+    tau: int,
+    variant: str,
+    updates: np.ndarray | None = None,
+    copied: bool = False,
 ) -> FedFVHistory:
     """The history a later round's window can reach: ``history`` (which holds none of this
-    round's clients) and this round's updates, kept from the next window's first round on."""
-    first_next = (t + 1 - tau) if variant == "paper" else (t + 2 - tau)
+    round's clients) and this round's updates, kept from the next window's first round on.
+    ``updates``: the array from ``_history_rows`` to fill, its rows of this round already
+    written where ``copied``."""
+    first_next = _first_next(t, tau, variant)
     keep = np.flatnonzero(history.rounds >= first_next)
     rounds = [history.rounds[keep]]
     who = [history.client_ids[keep]]
@@ -666,10 +733,11 @@ def _next_history(
         who.append(ids)
     # one copy of each kept row, written where it ends up (a round's updates are the largest
     # array a step touches: copied twice, by np.array and np.concatenate, they cost the step
-    # as much as its Gram matrix)
-    updates = np.empty((keep.size + (D.shape[0] if here else 0), D.shape[1]), history.updates.dtype)
+    # as much as its Gram matrix; the numba step writes them in its Gram pass)
+    if updates is None:
+        updates = _history_rows(history, D, t, tau, variant)[0]
     np.take(history.updates, keep, axis=0, out=updates[: keep.size])
-    if here:
+    if here and not copied:
         updates[keep.size :] = D
     new = FedFVHistory(updates, np.concatenate(rounds), np.concatenate(who))
     for a in new:
@@ -761,21 +829,11 @@ def fedfv(
         past = state.history
         if not others.all():
             past = FedFVHistory(*(a[others] for a in state.history))
-        res = fedfv_direction(
-            reports.deltas,
-            reports.losses,
-            alpha=a,
-            order=order,
-            seed=seed,
-            round_index=t,
-            history=past,
-            tau=tau,
-            variant=variant,
-            method=method,
-            client_ids=ids,
-            rescale=bool(rescale),
-            backend=backend,
-        )
+        # the next state's history, whose rows for this round the direction writes (the
+        # numba backend in its Gram pass, which reads the updates anyway)
+        updates, slot = _history_rows(past, reports.deltas, t, tau, variant)
+        args = (reports.deltas, reports.losses, a, order, seed, t, past, tau, variant, method)
+        res = _dispatch(args, ids, bool(rescale), backend, slot)
         check_finite(theta, "params")
         with np.errstate(over="ignore", invalid="ignore"):
             new = np.subtract(theta, res.direction, dtype=np.result_type(theta, reports.deltas))
@@ -783,7 +841,7 @@ def fedfv(
             raise ValueError(
                 "params minus the FedFV step overflows float64 (both are near 1.8e308 in magnitude)"
             )
-        history = _next_history(past, reports.deltas, ids, t, tau, variant)
+        history = _next_history(past, reports.deltas, ids, t, tau, variant, updates, True)
         info = {
             "weights": res.weights,
             "history_weights": res.history_weights,

@@ -743,6 +743,37 @@ def test_rule_state_history_is_int64_and_read_only():
         assert not a.flags.writeable
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize(("m", "d"), [(1, 700), (5, 1541), (13, 1541), (19, 3)])
+@pytest.mark.parametrize("deltas_dtype", [np.float64, np.float32])
+def test_rule_state_keeps_an_exact_copy_of_the_rounds_updates(backend, m, d, deltas_dtype):
+    """The next round's window holds this round's updates bit for bit, in float64, and not the
+    caller's array (a client writes its next update into the same buffer): on numba the Gram
+    pass writes the copy (six-row panels, four-row tiles and single rows, column blocks and a
+    partial last one); a later round that reads it equals the numpy rule's to round-off."""
+    rng = np.random.default_rng(m * d)
+    D = rng.normal(size=(m, d)).astype(deltas_dtype)
+    losses = rng.random(m)
+    theta = np.zeros(d)
+    rule = fedfv(tau=1, backend=backend)
+    ids = np.arange(m)
+    agg = rule.step(theta, reports(D, losses, ids, m + 3), rule.init(theta, m + 3))
+    h = agg.state.history
+    np.testing.assert_array_equal(h.updates, D.astype(np.float64))
+    assert h.updates.dtype == np.float64 and not np.shares_memory(h.updates, D)
+    np.testing.assert_array_equal(h.client_ids, ids)
+    D[...] = 0.0  # the caller reuses its buffer: the state does not move
+    want = np.random.default_rng(m * d).normal(size=(m, d)).astype(deltas_dtype)
+    np.testing.assert_array_equal(h.updates, want.astype(np.float64))
+    # round 1: three new clients, the window is round 0's updates
+    D1 = -rng.normal(size=(3, d)) + h.updates[: min(m, 3)].mean(axis=0)
+    r1 = reports(D1, rng.random(3), [m, m + 1, m + 2], m + 3)
+    got = rule.step(agg.params, r1, agg.state)
+    ref = fedfv(tau=1).step(agg.params, r1, agg.state)
+    np.testing.assert_allclose(got.params, ref.params, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got.info["history_clients"], ids)
+
+
 def test_rule_init_reads_only_the_shape_of_params():
     """init builds an empty history of params' length; it does not read the values."""
     rule = fedfv()
