@@ -96,7 +96,11 @@ def test_a_fedmgda_step_compiles_only_what_it_uses(fedmgda_step):
     assert not s["float32"] and not any("float32" in args for _, args in s["compiled"])
     assert s["repeated"] == []
     assert len(s["compiled"]) <= 20, names
-    assert set(s["by_module"]) == {"kernels.cpu", "simplex"}
+    # the simplex QP's compilations start in its private modules (fairagg.simplex._active_set, ...)
+    assert {m.split(".")[0] if m.startswith("simplex.") else m for m in s["by_module"]} == {
+        "kernels.cpu",
+        "simplex",
+    }
 
 
 def _events(script):

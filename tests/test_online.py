@@ -22,7 +22,6 @@ from hypothesis.extra import numpy as hnp
 from scipy import special, stats
 
 from fairagg import oracles
-from fairagg import simplex as simplex_mod
 from fairagg.online import (
     RESPONSE_CDFS,
     BestFixedDecision,
@@ -51,7 +50,7 @@ from fairagg.online import (
     theorem1_bound,
     theorem2_bound,
 )
-from fairagg.simplex import solve_simplex_qp
+from fairagg.simplex import _active_set, _solve, solve_simplex_qp
 from tests.strategies import finite_floats
 from tests.tolerances import FINITE_DIFFERENCE, ORACLE_EXP_CONE, ORACLE_QP, assert_close
 
@@ -355,12 +354,12 @@ def test_a_kept_factor_that_does_not_match_a_is_caught_by_the_kkt_residual():
     state, g, p = history[-1]
     wrong = prev_factor._replace(L=1.01 * prev_factor.L)
     # what the round hands the solver: the wrong factor, rank-one updated
-    start = simplex_mod._factor_rank_one(wrong, np.sqrt(beta) * g, ())
+    start = _solve.factor_rank_one(wrong, np.sqrt(beta) * g, ())
     A, b = quadratic_ftrl_problem(quadratic_ftrl_update(state, g, p), alpha, beta)
     lo, hi = np.zeros(K), np.full(K, np.inf)
     args = (A, b, np.max(np.abs(A)), lo, hi, 1.0, p, 1, True, False, 1000)
-    bad = simplex_mod._qp(*args, start.L, start.order, start.size, 0)
-    assert bad[5] > simplex_mod._KEPT_FACTOR_RESIDUAL  # the wrong factor gives a wrong answer
+    bad = _active_set._qp(*args, start.L, start.order, start.size, 0)
+    assert bad[5] > _solve._KEPT_FACTOR_RESIDUAL  # the wrong factor gives a wrong answer
     res = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", wrong).result
     np.testing.assert_allclose(res.x, results[-1].x, rtol=0, atol=1e-14)
     assert res.kkt_residual <= 1e-13
@@ -1608,14 +1607,14 @@ def test_quadratic_ftrl_step_and_round_are_the_generic_solve_bit_for_bit(variant
 
 
 def test_quadratic_ftrl_compiled_system_is_quadratic_ftrl_problem():
-    from fairagg import online
+    from fairagg.online import _ftrl
 
     state, _, _ = _ftrl_history(17, 9, seed=6)
     sums = (state.outer_sum, state.grad_sum, state.cross_sum)
     for variant in ("paper", "official"):
         for alpha, beta in ((0.3, 1.7), (2.5, 0.0), (1e-3, 1e4)):
             A_ref, b_ref = quadratic_ftrl_problem(state, alpha, beta, variant)
-            A, b, amax, ok = online._ftrl_system(*sums, alpha, beta, variant == "paper")
+            A, b, amax, ok = _ftrl._ftrl_system(*sums, alpha, beta, variant == "paper")
             np.testing.assert_array_equal(A, A_ref)
             np.testing.assert_array_equal(b, b_ref)
             assert amax == np.abs(A_ref).max() and ok
@@ -1642,7 +1641,7 @@ def test_quadratic_ftrl_hand_made_states_take_the_checked_path():
             ref = solve_simplex_qp(A, b, x0=x0, check_definite=False)
             np.testing.assert_array_equal(ours.x, ref.x, err_msg=name)
     sym = solve_simplex_qp(*quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5), x0=p)
-    raw = simplex_mod._solve_checked(  # what an unchecked solve of the asymmetric A gives
+    raw = _solve.solve_checked(  # what an unchecked solve of the asymmetric A gives
         *quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5),
         np.abs(quadratic_ftrl_problem(made["asymmetric"], 0.4, 1.5)[0]).max(),
         np.zeros(9), np.full(9, np.inf), 1.0, p, 1, 280, False, None,
@@ -2109,3 +2108,24 @@ def test_quadratic_ftrl_init_low_rank_must_be_a_bool(flag):
 
     with pytest.raises(TypeError, match="low_rank must be a bool"):
         quadratic_ftrl_init(3, low_rank=flag)
+
+
+def test_public_names_are_fairagg_online_names_and_checkpoints_keep_their_types():
+    # The package's rooms are private modules; its public functions and classes are documented,
+    # compared and stored as fairagg.online's: a checkpoint written before the split names the
+    # FTRL states and the QP factor so, and must still load.
+    import inspect
+
+    from fairagg import online
+    from fairagg._checkpoint import STATE_TYPES
+
+    for name in online.__all__:
+        obj = getattr(online, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            assert obj.__module__ == "fairagg.online", name
+    stored = {
+        "fairagg.online.QuadraticFTRL",
+        "fairagg.online.LowRankFTRL",
+        "fairagg.simplex.QPFactor",
+    }
+    assert stored <= set(STATE_TYPES)

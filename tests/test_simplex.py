@@ -20,6 +20,10 @@ from fairagg import simplex as simplex_mod
 from fairagg.simplex import (
     MinNormResult,
     QPResult,
+    _active_set,
+    _free_set,
+    _min_norm,
+    _solve,
     a_norm_projection,
     check_box,
     check_simplex_point,
@@ -626,16 +630,16 @@ def test_cholesky_updates_equal_a_fresh_factorisation(A, data):
     free = np.empty(k, dtype=np.int64)
     free[:nf] = order[:nf]
     L = np.full((k, k), np.nan)  # the solver's buffer is np.empty: nothing unset may be read
-    assert simplex_mod._chol_free(A, free, nf, L)
+    assert _free_set._chol_free(A, free, nf, L)
     scale = np.linalg.cond(A) * k * EPS * 64
     for _ in range(data.draw(st.integers(1, 3 * k))):
         outside = [j for j in range(k) if j not in free[:nf]]
         if outside and (nf == 1 or data.draw(st.booleans())):
             j = data.draw(st.sampled_from(outside))
-            assert simplex_mod._chol_append(A, free, nf, L, j)
+            assert _free_set._chol_append(A, free, nf, L, j)
             nf += 1
         else:
-            simplex_mod._chol_delete(free, nf, L, data.draw(st.integers(0, nf - 1)))
+            _free_set._chol_delete(free, nf, L, data.draw(st.integers(0, nf - 1)))
             nf -= 1
         want = fresh_factor(A, free[:nf])
         got = np.tril(L[:nf, :nf])
@@ -653,9 +657,9 @@ def test_cholesky_rank_one_update_equals_a_fresh_factorisation(A, data):
     nf = data.draw(st.integers(1, k))
     w = data.draw(hnp.arrays(np.float64, (k,), elements=finite_floats(3.0), fill=st.nothing()))
     factor = simplex_mod.QPFactor(np.zeros((k, k)), order, nf, 0)
-    assert simplex_mod._chol_free(A, order, nf, factor.L)
+    assert _free_set._chol_free(A, order, nf, factor.L)
     before = factor.L.copy()
-    new = simplex_mod._factor_rank_one(factor, w, ("key",))
+    new = _solve.factor_rank_one(factor, w, ("key",))
     np.testing.assert_array_equal(factor.L, before)
     assert (new.size, new.age, new.key) == (nf, 1, ("key",))
     want = fresh_factor(A + np.outer(w, w), order[:nf])
@@ -667,11 +671,11 @@ def test_cholesky_factor_of_a_hand_matrix():
     A = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 2.0]])
     free = np.array([2, 0, 1])
     L = np.full((3, 3), np.nan)
-    assert simplex_mod._chol_free(A, free, 2, L)  # F = (2, 0): A_FF = [[2, 0], [0, 4]]
+    assert _free_set._chol_free(A, free, 2, L)  # F = (2, 0): A_FF = [[2, 0], [0, 4]]
     assert_close(np.tril(L[:2, :2]), [[np.sqrt(2.0), 0.0], [0.0, 2.0]])
-    assert simplex_mod._chol_append(A, free, 2, L, 1)  # row (1/√2, 1, √(5 − 1/2 − 1))
+    assert _free_set._chol_append(A, free, 2, L, 1)  # row (1/√2, 1, √(5 − 1/2 − 1))
     assert_close(np.tril(L), [[np.sqrt(2), 0, 0], [0, 2, 0], [1 / np.sqrt(2), 1, np.sqrt(3.5)]])
-    simplex_mod._chol_delete(free, 3, L, 0)  # F = (0, 1): chol([[4, 2], [2, 5]]) = [[2, 0], [1, 2]]
+    _free_set._chol_delete(free, 3, L, 0)  # F = (0, 1): chol([[4, 2], [2, 5]]) = [[2, 0], [1, 2]]
     assert list(free[:2]) == [0, 1]
     assert_close(np.tril(L[:2, :2]), [[2.0, 0.0], [1.0, 2.0]])
 
@@ -679,22 +683,22 @@ def test_cholesky_factor_of_a_hand_matrix():
 def test_cholesky_of_a_matrix_that_is_not_positive_definite_fails():
     A = np.diag([1.0, -1.0, 2.0])
     L = np.empty((3, 3))
-    assert not simplex_mod._chol_free(A, np.arange(3), 3, L)
-    assert simplex_mod._chol_free(A, np.array([0, 2, 1]), 2, L)
-    assert not simplex_mod._chol_append(A, np.array([0, 2, 1]), 2, L, 1)  # pivot −1
+    assert not _free_set._chol_free(A, np.arange(3), 3, L)
+    assert _free_set._chol_free(A, np.array([0, 2, 1]), 2, L)
+    assert not _free_set._chol_append(A, np.array([0, 2, 1]), 2, L, 1)  # pivot −1
 
 
 def test_qp_with_more_working_set_changes_than_the_refactorisation_period():
     # From the uniform point every coordinate starts free and all but a few must leave, one per
     # iteration: far more factor updates than _REFACTOR_EVERY, so the solver refactorises A_FF
     # from scratch along the way. It must still land on the cold start's (and cvxpy's) answer.
-    k = 3 * simplex_mod._REFACTOR_EVERY
+    k = 3 * _active_set._REFACTOR_EVERY
     rng = np.random.default_rng(5)
     G = rng.standard_normal((k, 4))
     A, b = np.eye(k) + 0.1 * G @ G.T, 3.0 * rng.standard_normal(k)
     warm = solve_simplex_qp(A, b, x0=np.full(k, 1.0 / k))
     cold = solve_simplex_qp(A, b)
-    assert warm.iterations > 2 * simplex_mod._REFACTOR_EVERY
+    assert warm.iterations > 2 * _active_set._REFACTOR_EVERY
     assert_close(warm.x, cold.x, scale=1e2)
     assert warm.kkt_residual <= 1e-13
     ref = oracle(oracles.simplex_qp, A, b, agrees=close_to(warm.x, ORACLE_QP))
@@ -1598,13 +1602,14 @@ def test_bad_input_is_refused_with_the_whole_message(call, exc, message):
 def report_status(monkeypatch, status):
     """Make the compiled solver report ``status`` (1: the iteration limit, 2: a singular start,
     3: not positive definite) with whatever else it computed: the message each one gives."""
-    real = simplex_mod._qp
+    real = _active_set._qp
 
     def fake(*args):
         out = real(*args)
         return (*out[:4], status, *out[5:])
 
-    monkeypatch.setattr(simplex_mod, "_qp", fake)
+    for module in (_solve, _min_norm):  # the two callers of the compiled solver
+        monkeypatch.setattr(module, "_qp", fake)
 
 
 def test_the_default_iteration_limit_is_20k_plus_100(monkeypatch):
@@ -1746,7 +1751,7 @@ def test_new_factor_is_zeroed_and_empty(monkeypatch):
         return out
 
     monkeypatch.setattr(np, "empty", dirty)
-    f = simplex_mod._new_factor(3)
+    f = _solve.new_factor(3)
     np.testing.assert_array_equal(f.L, np.zeros((3, 3)))
     np.testing.assert_array_equal(f.order, np.zeros(3, dtype=np.int64))
     assert f.order.dtype == np.int64
@@ -1756,14 +1761,14 @@ def test_new_factor_is_zeroed_and_empty(monkeypatch):
 def test_factor_rank_one_of_no_factor_or_an_empty_one():
     L, order = np.arange(9.0).reshape(3, 3), np.array([2, 0, 1])
     none = simplex_mod.QPFactor(L, order, -1, 5, ("old",))
-    new = simplex_mod._factor_rank_one(none, np.ones(3), ("new",))
+    new = _solve.factor_rank_one(none, np.ones(3), ("new",))
     # no factor stays no factor (age 0), with copies of the buffers and the new key
     assert (new.size, new.age, new.key) == (-1, 0, ("new",))
     np.testing.assert_array_equal(new.L, L)
     np.testing.assert_array_equal(new.order, order)
     assert not np.shares_memory(new.L, L) and not np.shares_memory(new.order, order)
     # |F| = 0: the (empty) factor of the same free set, one update older
-    empty = simplex_mod._factor_rank_one(none._replace(size=0), np.ones(3), ("new",))
+    empty = _solve.factor_rank_one(none._replace(size=0), np.ones(3), ("new",))
     assert (empty.size, empty.age, empty.key) == (0, 6, ("new",))
 
 
@@ -1771,9 +1776,9 @@ def test_factor_rank_one_takes_an_integer_update_vector():
     A = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 2.0]])
     order = np.array([2, 0, 1])
     f = simplex_mod.QPFactor(np.zeros((3, 3)), order, 3, 0)
-    assert simplex_mod._chol_free(A, order, 3, f.L)
+    assert _free_set._chol_free(A, order, 3, f.L)
     for w in ([1, 2, 3], np.array([1, 2, 3])):
-        new = simplex_mod._factor_rank_one(f, w, ())
+        new = _solve.factor_rank_one(f, w, ())
         np.testing.assert_array_equal(new.order, order)
         assert not np.shares_memory(new.order, order)
         want = np.linalg.cholesky((A + np.outer([1, 2, 3], [1, 2, 3]))[np.ix_(order, order)])
@@ -1791,7 +1796,7 @@ def ftrl_like_problem(k=12, seed=1):
 
 
 def kept_solve(A, b, x0, factor):
-    return simplex_mod._solve_simplex_qp(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
+    return _solve.solve_with_factor(A, b, 0.0, np.inf, 1.0, x0, None, False, factor)
 
 
 def assert_same_solution(res, cold):
@@ -1811,11 +1816,11 @@ def test_a_warm_solve_from_the_updated_factor_equals_the_cold_solve():
     # that factor, rank-one updated. Same answer as a cold solve; the factor is kept (its age
     # grows, it is not recomputed) and ends as the factor of the new A_FF.
     A, b, w, A2, b2 = ftrl_like_problem()
-    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(b.size))
+    res1, f1 = kept_solve(A, b, None, _solve.new_factor(b.size))
     assert_same_solution(res1, solve_simplex_qp(A, b))
     assert f1.size == np.count_nonzero(~res1.active_lower)
     assert_factor_of(f1, A)
-    start = simplex_mod._factor_rank_one(f1, w, ("round", 2))
+    start = _solve.factor_rank_one(f1, w, ("round", 2))
     assert start.age == f1.age + 1
     res2, f2 = kept_solve(A2, b2, res1.x, start)
     assert_same_solution(res2, solve_simplex_qp(A2, b2))
@@ -1834,8 +1839,8 @@ def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch(start):
     # with a 1 × 1 factor three times too large.
     A, b, w, A2, b2 = ftrl_like_problem()
     k = b.size
-    res1, f1 = kept_solve(A, b, None, simplex_mod._new_factor(k))
-    updated = simplex_mod._factor_rank_one(f1, w, ())
+    res1, f1 = kept_solve(A, b, None, _solve.new_factor(k))
+    updated = _solve.factor_rank_one(f1, w, ())
     wrong, x0 = updated._replace(L=1.01 * updated.L), res1.x
     if start == "off the simplex":
         x0 = res1.x + 0.1 * (res1.x > 0) - 0.05 * (res1.x == 0)
@@ -1844,8 +1849,8 @@ def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch(start):
         L[0, 0], order[[0, 1]] = 3.0 * np.sqrt(A2[1, 1]), [1, 0]
         wrong = simplex_mod.QPFactor(L, order, 1, 0)
     args = (A2, b2, np.max(np.abs(A2)), np.zeros(k), np.full(k, np.inf), 1.0, x0, 1, True)
-    bad = simplex_mod._qp(*args, False, 1000, wrong.L.copy(), wrong.order.copy(), wrong.size, 0)
-    assert bad[4] == 0 and bad[5] > simplex_mod._KEPT_FACTOR_RESIDUAL
+    bad = _active_set._qp(*args, False, 1000, wrong.L.copy(), wrong.order.copy(), wrong.size, 0)
+    assert bad[4] == 0 and bad[5] > _solve._KEPT_FACTOR_RESIDUAL
     res, f = kept_solve(A2, b2, x0, wrong)
     assert_same_solution(res, solve_simplex_qp(A2, b2))
     assert res.iterations == solve_simplex_qp(A2, b2, x0=x0).iterations
@@ -1856,7 +1861,7 @@ def test_a_kept_factor_that_does_not_match_a_is_redone_from_scratch(start):
 
 def test_a_factor_of_another_size_is_not_used():
     A, b, _, _, _ = ftrl_like_problem()
-    _, other = kept_solve(A[:5, :5], b[:5], None, simplex_mod._new_factor(5))
+    _, other = kept_solve(A[:5, :5], b[:5], None, _solve.new_factor(5))
     res, f = kept_solve(A, b, np.full(b.size, 1 / b.size), other)
     assert_same_solution(res, solve_simplex_qp(A, b))
     assert f.L.shape == (b.size, b.size)
@@ -2013,7 +2018,7 @@ def test_bordered_kkt_solves_the_bordered_system():
         state[held], x[held] = 2, rng.uniform(0.0, 0.1, held.size)
         free = np.concatenate([np.flatnonzero(state == 0), np.flatnonzero(state != 0)])
         nf = int((state == 0).sum())
-        sol, nu, ok = simplex_mod._bordered_kkt(A, b, x, state, free, nf, 1.0)
+        sol, nu, ok = _free_set._bordered_kkt(A, b, x, state, free, nf, 1.0)
         B, r = _bordered_system(A, b, x, state, free, nf, 1.0)
         z = np.append(sol, nu)
         assert ok
@@ -2031,7 +2036,7 @@ def test_bordered_kkt_refuses_an_overflowing_system():
     A = np.full((3, 3), 1e308)
     x = np.array([2.0, -1.0, 0.0])
     state = np.array([2, 1, 0])
-    sol, nu, ok = simplex_mod._bordered_kkt(A, np.zeros(3), x, state, np.array([2, 0, 1]), 1, 1.0)
+    sol, nu, ok = _free_set._bordered_kkt(A, np.zeros(3), x, state, np.array([2, 0, 1]), 1, 1.0)
     assert not ok
     assert np.isinf(sol).all() and nu == 0.0
 
@@ -2167,3 +2172,10 @@ def test_a_norm_projection_does_not_depend_on_the_scale_of_a():
     )
     with pytest.raises(ValueError, match=r"^y is too large for its A-norm projection in float64"):
         a_norm_projection(np.array([1e308, -1e308, 0.0]), np.eye(3) * 1e10)  # A y overflows
+
+
+def test_public_names_are_fairagg_simplex_names():
+    # The package's rooms are private modules; its public functions and classes are documented,
+    # compared and stored (a checkpoint names QPFactor by module and name) as fairagg.simplex's.
+    for name in simplex_mod.__all__:
+        assert getattr(simplex_mod, name).__module__ == "fairagg.simplex", name

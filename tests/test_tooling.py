@@ -58,3 +58,19 @@ def test_every_rule_factory_cites_its_paper_and_the_specification(name):
     refs = doc.split("\nReferences\n----------\n", 1)[1]
     assert re.search(r"\b(19|20)\d\d\b", refs), "a reference gives its year"
     assert re.search(r"\[SPEC §\d+ [^\]]+\]\[spec-\d+\]", refs), "a link to its SPEC section"
+
+
+def test_every_package_of_the_source_tree_is_installed():
+    """[tool.setuptools] names its packages one by one: a subpackage left out of the list is
+    missing from a wheel (an editable install may still find it), so every folder of fairagg/
+    with an __init__.py, and models/ as fairagg.models, must be listed."""
+    block = re.search(r"^packages = \[(.*?)\]", PYPROJECT, re.S | re.M)
+    assert block is not None, "pyproject.toml has no [tool.setuptools] packages list"
+    listed = set(re.findall(r'"([\w.]+)"', block.group(1)))
+    tree = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "fairagg").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    tree.add("fairagg.models")
+    assert tree - listed == set(), f"packages missing from pyproject.toml: {sorted(tree - listed)}"

@@ -258,3 +258,16 @@ def test_every_case_states_every_parameter_it_runs_with(tmp_path):
     fails = [c for c in compare_vectors(copy) if c.fails]
     assert [c.where for c in fails] == ["rule afl/small"]
     assert "resolved_params" in fails[0].fails[0]
+
+
+def test_public_names_are_fairagg_vectors_names():
+    # The package's rooms are private modules; its public functions and classes are documented
+    # and compared as fairagg.vectors's.
+    import inspect
+
+    from fairagg import vectors
+
+    for name in vectors.__all__:
+        obj = getattr(vectors, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            assert obj.__module__ == "fairagg.vectors", name
