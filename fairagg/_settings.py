@@ -1,9 +1,16 @@
-"""The settings of one experiment: one frozen object, validated once where it is made.
+"""The settings of one experiment: frozen objects, validated once where they are made.
 
 ``fairagg run`` and ``fairagg compare`` build an ``ExperimentSettings`` from their flags and
 ``--config`` file, one schema for both, before anything is written. An invalid value raises
 ``SettingsValueError`` or ``SettingsTypeError`` (a ``ValueError`` or ``TypeError``) that carries
 the setting's key, so that the command line can say which flag or config entry was wrong.
+
+``TrainingSettings`` is the part that [`simulate`][fairagg.simulation.simulate] and
+[`FairaggStrategy`][fairagg.flower.FairaggStrategy] share: what the selected clients compute each
+round (the rule's [`LocalSpec`][fairagg.types.LocalSpec] with the caller's epochs, batch size,
+lr, momentum and proximal term). Each of them builds it once from its arguments, with the
+messages its arguments have always had, and hands it to the round and the clients; nothing
+downstream of it checks or renames a value again.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import check_choice, check_int, check_real
+from ._checks import check_choice, check_count, check_int, check_real
 from .kernels import BACKEND_CHOICES, resolve_backend
+from .local import check_propfair
 from .rules import RULES, make_rule
 from .sampling import SAMPLING_SCHEMES
+from .types import LocalSpec, check_local_spec
 
 __all__ = [
     "ACTIVATIONS",
@@ -25,6 +34,7 @@ __all__ = [
     "SettingsError",
     "SettingsTypeError",
     "SettingsValueError",
+    "TrainingSettings",
     "check_setting",
     "rule_kwargs",
 ]
@@ -313,6 +323,7 @@ class ExperimentSettings:
                 f"client every round; got {kpr}",
             )
         rule = self._build_rule()
+        object.__setattr__(self, "_rule", rule)  # not a field: kept for built_rule
         mu = rule.local.momentum
         if self.momentum is not None and mu is not None and self.momentum != mu:
             raise SettingsValueError(
@@ -352,3 +363,91 @@ class ExperimentSettings:
                 break
         cls = SettingsTypeError if isinstance(error, TypeError) else SettingsValueError
         raise cls("rule_arg", str(error), item)
+
+    @property
+    def built_rule(self) -> Any:
+        """The rule with its hyper-parameters on ``resolved_backend``, as built once when the
+        settings were made (a run passes it on instead of building it again)."""
+        return self.__dict__["_rule"]
+
+
+def _client_momentum(momentum: Any, spec: LocalSpec, rule_name: str) -> float:
+    """The clients' momentum: the caller's, the rule's (``spec.momentum``), or 0."""
+    if momentum is None:
+        return 0.0 if spec.momentum is None else float(spec.momentum)
+    mu = check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
+    if spec.momentum is not None and mu != spec.momentum:
+        raise ValueError(
+            f"momentum = {mu} contradicts rule {rule_name!r}, which sets the client momentum to "
+            f"{spec.momentum} (change it through the rule, or pass momentum=None)"
+        )
+    return mu
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """What the selected clients compute each round: the rule's
+    [`LocalSpec`][fairagg.types.LocalSpec] with the caller's local-training settings.
+
+    [`simulate`][fairagg.simulation.simulate] and
+    [`FairaggStrategy`][fairagg.flower.FairaggStrategy] each build one from their arguments;
+    every field is checked and normalised (ints as ``int``, reals as ``float``, ``momentum``
+    resolved against the rule's) when it is made, in the order ``epochs``, ``batch_size``,
+    ``lr``, ``momentum``, ``prox_mu`` and the rule's PropFair surrogate, and never again: the
+    round reads ``lr`` as it is (``RoundReports.lr``) and the clients train with these values.
+
+    Attributes
+    ----------
+    local : LocalSpec
+        What the clients compute (``rule.local``).
+    rule : str
+        The rule's name (for messages).
+    epochs, batch_size : int
+        Local epochs and batch size (each >= 1).
+    lr : float
+        The clients' step (finite, > 0); also the ``RoundReports.lr`` the rules read.
+    momentum : float
+        The client momentum in [0, 1): the one given, else the rule's
+        (``local.momentum``), else 0; a given one that contradicts the rule's is a
+        ``ValueError``.
+    prox_mu : float
+        FedProx μ (finite, >= 0).
+    propfair : tuple of (float, float, bool)
+        PropFair's surrogate (M, ε, huber) from ``local``; M = 0.0 trains on the loss
+        ([`check_propfair`][fairagg.local.check_propfair]).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For the first invalid field, naming it as the callers' arguments name it.
+    """
+
+    local: LocalSpec = LocalSpec()
+    rule: str = ""
+    epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.01
+    momentum: float | None = None
+    prox_mu: float = 0.0
+    propfair: tuple[float, float, bool] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        local = check_local_spec(self.local)
+        values = {
+            "epochs": check_count(self.epochs, "epochs", low=1),
+            "batch_size": check_count(self.batch_size, "batch_size", low=1),
+            "lr": check_real(self.lr, "lr", low=0.0, low_open=True),
+            "momentum": _client_momentum(self.momentum, local, self.rule),
+            "prox_mu": check_real(self.prox_mu, "prox_mu", low=0.0),
+            "propfair": check_propfair(
+                local.propfair_m, local.propfair_epsilon, local.propfair_huber
+            ),
+        }
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    @property
+    def gradients(self) -> bool:
+        """Whether the clients report one gradient each (``local.report == "gradients"``)
+        instead of training."""
+        return self.local.report == "gradients"

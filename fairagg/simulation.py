@@ -1,6 +1,12 @@
 """The round loop (DESIGN.md, "The spine: one round"): sample → local train → reports → rule →
 evaluate → history.
 
+The arguments are checked once, where they enter: the clients' training settings become one
+``TrainingSettings`` (``fairagg._settings``) that every round reads as it is, and the rule's side
+of a round (the reports, the step, the non-finite check, the state and participation counts
+committed once the round is recorded) is ``fairagg._round``'s ``ServerRound``, the one the Flower
+strategy ([`FairaggStrategy`][fairagg.flower.FairaggStrategy]) runs too.
+
 Seeding: round t samples its clients with ``np.random.default_rng([seed, 0, t])``; client k's
 local shuffles in round t come from ``default_rng([seed, 1, t, k])`` (see
 [`fairagg.local`][fairagg.local]); the initial parameters from ``model.init_params(seed)``. Runs
@@ -43,14 +49,16 @@ from ._checkpoint import (
     write_atomically,
     write_npz_tree,
 )
-from ._checks import as_int_array, check_choice, check_federated_data, check_int, check_real
+from ._checks import as_int_array, check_choice, check_federated_data, check_int
+from ._round import ServerRound
+from ._settings import TrainingSettings
 from .kernels import BACKEND_CHOICES, resolve_backend
-from .local import _check_hyper, check_propfair, client_gradients, train_clients, trained_accuracies
+from .local import client_gradients, train_clients, trained_accuracies
 from .metrics import fairness_summary
 from .models import FlatModel
 from .rules import check_rule_name, make_rule
 from .sampling import SAMPLING_SCHEMES, sample_clients
-from .types import LocalSpec, RoundReports, Rule, check_local_spec
+from .types import Aggregate, RoundReports, Rule
 
 __all__ = ["CHECKPOINT_OVERHEAD", "History", "load_checkpoint", "simulate"]
 
@@ -247,19 +255,6 @@ class _EvaluationSets:
         test_loss, test_acc = self.model._evaluate_rows(p, *test)
         train_loss, train_acc = self.model._evaluate_rows(p, *train)
         return test_acc, test_loss, train_acc, train_loss, time.perf_counter() - t0
-
-
-def _client_momentum(momentum: Any, spec: LocalSpec, rule_name: str) -> float:
-    """The clients' momentum: the caller's, the rule's (``spec.momentum``), or 0."""
-    if momentum is None:
-        return 0.0 if spec.momentum is None else float(spec.momentum)
-    mu = check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
-    if spec.momentum is not None and mu != spec.momentum:
-        raise ValueError(
-            f"momentum = {mu} contradicts rule {rule_name!r}, which sets the client momentum to "
-            f"{spec.momentum} (change it through the rule, or pass momentum=None)"
-        )
-    return mu
 
 
 def _history_state(h: History, rounds: int) -> dict[str, Any]:
@@ -500,29 +495,24 @@ def _prepared(
     rule: Any, model: Any, data: Any, *, rounds: Any, clients_per_round: Any, epochs: Any,
     batch_size: Any, lr: Any, momentum: Any, prox_mu: Any, sampling: Any, seed: Any,
     eval_every: Any, params: Any, backend: Any = "auto",
-) -> tuple[Rule, LocalSpec, Any, np.ndarray, dict[str, Any], dict[str, Any]]:  # fmt: skip
-    """The arguments of [`simulate`][fairagg.simulation.simulate] checked: the rule, its local
-    spec, the data, θ⁰, the run's configuration (what a checkpoint records) and the local
-    training's arguments."""
+) -> tuple[Rule, Any, np.ndarray, dict[str, Any], TrainingSettings]:  # fmt: skip
+    """The arguments of [`simulate`][fairagg.simulation.simulate] checked, each once: the rule,
+    the data, θ⁰, the run's configuration (what a checkpoint records) and the clients' training
+    settings."""
     rule = _rule_on_backend(rule, backend)
-    local_spec = check_local_spec(rule.local)
-    momentum = _client_momentum(momentum, local_spec, rule.name)
-    propfair = check_propfair(
-        local_spec.propfair_m, local_spec.propfair_epsilon, local_spec.propfair_huber
-    )
     if not isinstance(model, FlatModel):
         raise TypeError(f"model must be a fairagg.models.FlatModel; got {type(model).__name__}")
     data = check_federated_data(data)
-    epochs, batch_size, lr, momentum, prox_mu = _check_hyper(
-        epochs, batch_size, lr, momentum, prox_mu
-    )
+    training = TrainingSettings(
+        rule.local, rule.name, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+        prox_mu=prox_mu,
+    )  # fmt: skip
     K = int(np.asarray(data.train_offsets).size - 1)
     T = check_int(rounds, "rounds", low=1)
     m = check_int(clients_per_round, "clients_per_round", low=1, high=K)
     check_choice(sampling, "sampling", SAMPLING_SCHEMES)
     eval_every = check_int(eval_every, "eval_every", low=1)
     seed = check_int(seed, "seed", low=0)
-    lr = check_real(lr, "lr", low=0.0, low_open=True)
     if data.n_features != model.n_features or data.n_classes != model.n_classes:
         raise ValueError(
             f"model expects {model.n_features} features and {model.n_classes} classes; the data "
@@ -537,19 +527,17 @@ def _prepared(
         "num_clients": K,
         "rounds": T,
         "clients_per_round": m,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "lr": lr,
-        "momentum": momentum,
-        "prox_mu": prox_mu,
+        "epochs": training.epochs,
+        "batch_size": training.batch_size,
+        "lr": training.lr,
+        "momentum": training.momentum,
+        "prox_mu": training.prox_mu,
         "sampling": sampling,
         "seed": seed,
         "eval_every": eval_every,
-        "local": local_spec._asdict(),
+        "local": training.local._asdict(),
     }
-    train = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
-             "prox_mu": prox_mu, "propfair": propfair}  # fmt: skip
-    return rule, local_spec, data, theta, config, train
+    return rule, data, theta, config, training
 
 
 def _check_restorable(saved: dict[str, Any], config: dict[str, Any], theta: np.ndarray) -> None:
@@ -583,7 +571,7 @@ def _check_resume(saved: dict[str, Any], rule: Any, model: Any, data: Any, **set
     would raise on restoring ``saved`` (a [`load_checkpoint`][fairagg.simulation.load_checkpoint]
     dict), before anything is trained or written: the command line checks ``--resume`` with it."""
     settings.setdefault("params", None)
-    _, _, _, theta, config, _ = _prepared(rule, model, data, **settings)
+    _, _, theta, config, _ = _prepared(rule, model, data, **settings)
     _check_restorable(saved, config, theta)
 
 
@@ -679,7 +667,7 @@ def simulate(
     FloatingPointError
         When local training or the rule produces non-finite numbers (diverged: lower ``lr``).
     """
-    rule, local_spec, data, theta, config, train = _prepared(
+    rule, data, theta, config, training = _prepared(
         rule, model, data, rounds=rounds, clients_per_round=clients_per_round, epochs=epochs,
         batch_size=batch_size, lr=lr, momentum=momentum, prox_mu=prox_mu, sampling=sampling,
         seed=seed, eval_every=eval_every, params=params, backend=backend,
@@ -688,89 +676,28 @@ def simulate(
         raise TypeError(f"history must be a fairagg.History or None; got {type(history).__name__}")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None; got {type(callback).__name__}")
-    T = config["rounds"]
-    n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
-    n_test = np.diff(np.asarray(data.test_offsets, dtype=np.int64))
-    if history is None:
-        history = History()
-    ckpt_path = None if checkpoint is None else _checkpoint_path(checkpoint)
-    if not isinstance(resume, (bool, np.bool_)):
-        raise TypeError(f"resume must be a bool; got {type(resume).__name__}")
-    if resume and ckpt_path is None:
-        raise ValueError("resume=True needs checkpoint=, the file to continue from")
-    if ckpt_path is not None and not ckpt_path.parent.is_dir():
-        raise ValueError(f"checkpoint: the folder {ckpt_path.parent} does not exist")
-    if ckpt_path is not None and ckpt_path.is_dir():
-        raise ValueError(f"checkpoint: {ckpt_path} is a folder; name a file in it")
-
-    train = {**train, "parallel": parallel}
-    run = _Run(rule, model, data, local_spec, config, history, train=train)
-    # the rule's own NamedTuple state types (a user's rule may have its own) are what a
-    # checkpoint may rebuild besides fairagg's: found in the state init makes in this process
-    types = known_state_types(rule.init(theta, run.K)) if ckpt_path is not None else None
-    if resume and ckpt_path is not None and ckpt_path.exists():
-        saved = load_checkpoint(ckpt_path, state_types=tuple((types or {}).values()))
-        _check_restorable(saved, config, theta)
-        run.restore(saved)
-    else:
-        run.begin(theta)
-    history.config.update(config)
-    history.num_train_samples, history.num_test_samples = n_train, n_test
-
-    def save() -> float:
-        assert ckpt_path is not None  # save is called only for a run with a checkpoint
-        t0 = time.perf_counter()
-        _write_checkpoint(ckpt_path, run.checkpoint(), types)
-        return time.perf_counter() - t0
-
-    if ckpt_path is not None:  # a state a checkpoint cannot hold fails now, not after a round
-        try:
-            encode(run.state, {}, "state", types)
-        except NotData as exc:
-            raise TypeError(
-                f"checkpoint: rule {rule.name!r}'s {exc}; a checkpoint is data only (no pickles)"
-                " and holds arrays, numbers, strings, lists, tuples, dicts with str keys and "
-                "NamedTuples of these: give the rule such a state, or run it without checkpoint="
-            ) from None
-    cost, last_save = 0.0, time.perf_counter()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=T, initial=run.done, desc=rule.name, unit="round", leave=True)
+    history = History() if history is None else history
+    saver = _Checkpoints(checkpoint, resume)
+    run = _Run(rule, model, data, config, history, training, parallel=parallel)
+    saver.start(run, theta)  # begin at round 0, or restore the checkpoint's round
+    bar = _ProgressBar(run) if progress else None
     try:
-        if ckpt_path is not None and run.done == 0:
-            cost = save()
-            last_save = time.perf_counter()
-        for t in range(run.done, T):
+        saver.first(run)
+        for t in range(run.done, run.T):
             run.round(t)  # sample, train, report, aggregate, record
             if bar is not None:
-                bar.update(1)
-                acc = history.latest("test_accuracy") @ n_test / n_test.sum()
-                bar.set_postfix(acc=f"{100.0 * acc:.1f}%", refresh=False)
+                bar.update()
             if callback is not None:  # before the checkpoint that says the round exists
                 callback(history)
-            if (
-                ckpt_path is not None
-                and run.done < T  # the last round's is written below, with the status
-                and (time.perf_counter() - last_save) * CHECKPOINT_OVERHEAD >= cost
-            ):
-                cost = save()
-                last_save = time.perf_counter()
+            saver.after_round(run)
         history.status = "completed"
-        if ckpt_path is not None:
-            save()
+        saver.last(run)
     except BaseException as exc:
         # the history and the checkpoint hold the same rounds: those completed (a round
         # recorded in part when the run stopped is left out)
         run.truncate_history()
         history.status = f"stopped: {type(exc).__name__}: {exc}"
-        if ckpt_path is not None:
-            try:  # the state of the last completed round
-                save()
-            except Exception as err:  # noqa: BLE001 - keep the original error
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
+        saver.stopped(run, exc)
         if hasattr(exc, "add_note"):
             exc.add_note(f"fairagg: the history keeps the {history.num_rounds} completed rounds")
         exc.history = history  # type: ignore[attr-defined]
@@ -781,31 +708,137 @@ def simulate(
     return history
 
 
+class _Checkpoints:
+    """Where and when a run keeps its checkpoint (``checkpoint=None``: never): after a round
+    once the run has gone on for the last write's time / CHECKPOINT_OVERHEAD, after the last
+    round, and when the run stops."""
+
+    def __init__(self, checkpoint: Any, resume: Any) -> None:
+        self.path = None if checkpoint is None else _checkpoint_path(checkpoint)
+        if not isinstance(resume, (bool, np.bool_)):
+            raise TypeError(f"resume must be a bool; got {type(resume).__name__}")
+        if resume and self.path is None:
+            raise ValueError("resume=True needs checkpoint=, the file to continue from")
+        if self.path is not None and not self.path.parent.is_dir():
+            raise ValueError(f"checkpoint: the folder {self.path.parent} does not exist")
+        if self.path is not None and self.path.is_dir():
+            raise ValueError(f"checkpoint: {self.path} is a folder; name a file in it")
+        self.resume = bool(resume)
+        self.types: dict[str, type] | None = None
+        self.cost, self.last_save = 0.0, time.perf_counter()
+
+    def start(self, run: _Run, theta: np.ndarray) -> None:
+        """Begin ``run`` from θ⁰, or restore it from the checkpoint when resuming one that
+        exists; then check that the rule's state is one a checkpoint can hold."""
+        # the rule's own NamedTuple state types (a user's rule may have its own) are what a
+        # checkpoint may rebuild besides fairagg's: found in the state init makes in this process
+        if self.path is not None:
+            self.types = known_state_types(run.rule.init(theta, run.K))
+        if self.resume and self.path is not None and self.path.exists():
+            saved = load_checkpoint(self.path, state_types=tuple((self.types or {}).values()))
+            _check_restorable(saved, run.config, theta)
+            run.restore(saved)
+        else:
+            run.begin(theta)
+        run.history.config.update(run.config)
+        h, d = run.history, run.data
+        h.num_train_samples = np.diff(np.asarray(d.train_offsets, dtype=np.int64))
+        h.num_test_samples = np.diff(np.asarray(d.test_offsets, dtype=np.int64))
+        if self.path is not None:  # a state a checkpoint cannot hold fails now, not after a round
+            try:
+                encode(run.state, {}, "state", self.types)
+            except NotData as exc:
+                raise TypeError(
+                    f"checkpoint: rule {run.rule.name!r}'s {exc}; a checkpoint is data only (no "
+                    "pickles) and holds arrays, numbers, strings, lists, tuples, dicts with str "
+                    "keys and NamedTuples of these: give the rule such a state, or run it "
+                    "without checkpoint="
+                ) from None
+        self.cost, self.last_save = 0.0, time.perf_counter()
+
+    def save(self, run: _Run) -> None:
+        assert self.path is not None  # save is called only for a run with a checkpoint
+        t0 = time.perf_counter()
+        _write_checkpoint(self.path, run.checkpoint(), self.types)
+        self.cost, self.last_save = time.perf_counter() - t0, time.perf_counter()
+
+    def first(self, run: _Run) -> None:
+        """The checkpoint of round 0, for a run that begins."""
+        if self.path is not None and run.done == 0:
+            self.save(run)
+
+    def after_round(self, run: _Run) -> None:
+        if (
+            self.path is not None
+            and run.done < run.T  # the last round's is written by last(), with the status
+            and (time.perf_counter() - self.last_save) * CHECKPOINT_OVERHEAD >= self.cost
+        ):
+            self.save(run)
+
+    def last(self, run: _Run) -> None:
+        if self.path is not None:
+            self.save(run)
+
+    def stopped(self, run: _Run, exc: BaseException) -> None:
+        """The state of the last completed round, written when the run stops on ``exc``; a
+        failure to write it is a note on ``exc``, which stays the error raised."""
+        if self.path is None:
+            return
+        try:
+            self.save(run)
+        except Exception as err:  # noqa: BLE001 - keep the original error
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
+
+
+class _ProgressBar:
+    """A progress bar on standard error showing the last evaluation's mean test accuracy."""
+
+    def __init__(self, run: _Run) -> None:
+        from tqdm.auto import tqdm
+
+        self.history = run.history
+        self.bar = tqdm(total=run.T, initial=run.done, desc=run.rule.name, unit="round", leave=True)
+
+    def update(self) -> None:
+        n_test = self.history.num_test_samples
+        self.bar.update(1)
+        acc = self.history.latest("test_accuracy") @ n_test / n_test.sum()
+        self.bar.set_postfix(acc=f"{100.0 * acc:.1f}%", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 class _Run:
     """The round loop of one simulation. Its state, exactly what a checkpoint holds, is the
-    rounds done, θ^t, the rule's state, the clients' participation counts, the model the rule
-    reported last and the history; everything random in round t is drawn from (seed, t)."""
+    rounds done, θ^t, the rule's state and the clients' participation counts (its
+    [`ServerRound`][fairagg._round.ServerRound]), the model the rule reported last and the
+    history; everything random in round t is drawn from (seed, t)."""
 
-    def __init__(self, rule, model, data, local_spec, config, history, *, train) -> None:
-        self.rule, self.model, self.data, self.spec = rule, model, data, local_spec
-        self.config, self.history, self.train_args = config, history, train
+    def __init__(self, rule, model, data, config, history, training, *, parallel) -> None:
+        self.rule, self.model, self.data, self.training = rule, model, data, training
+        self.config, self.history, self.parallel = config, history, parallel
         self.K, self.m = config["num_clients"], config["clients_per_round"]
         self.T, self.seed, self.eval_every = config["rounds"], config["seed"], config["eval_every"]
         self.n_train = np.diff(np.asarray(data.train_offsets, dtype=np.int64))
-        self.gradients = local_spec.report == "gradients"
+        self.server = ServerRound(rule, self.K, training, FloatingPointError)
         self.done = 0
         # set by begin() or restore(), before any round
         self.params: np.ndarray = np.empty(0)
-        self.state: Any = None
-        self.counts: np.ndarray = np.empty(0, dtype=np.int64)
         self.reported: np.ndarray = np.empty(0)
         self.deltas: np.ndarray | None = None  # one (m, d) buffer, refilled every round
         self.evaluation = _EvaluationSets(model, data)
 
+    @property
+    def state(self) -> Any:
+        """The rule's state after the last completed round."""
+        return self.server.state
+
     # --- the state ----------------------------------------------------------------------------
     def begin(self, theta: np.ndarray) -> None:
-        self.params, self.state = theta, self.rule.init(theta, self.K)
-        self.counts = np.zeros(self.K, dtype=np.int64)
+        self.params = theta
+        self.server.begin(theta)
         self.history.record_eval(0, *self.evaluation.evaluate(theta))
         self.reported = self.history.final_params = theta.copy()
         self.deltas = np.empty((self.m, theta.size), dtype=theta.dtype)
@@ -820,8 +853,8 @@ class _Run:
             if int(old._rows["eval_round"][-1]) == done:
                 for k in _EVAL_FIELDS:
                     old._rows[k].pop()
-        self.done, self.params, self.state = done, saved["params"], saved["state"]
-        self.counts = saved["counts"].copy()
+        self.done, self.params = done, saved["params"]
+        self.server.restore(saved["state"], saved["counts"])
         self.history._rows, self.history.status = old._rows, "running"
         self.reported = self.history.final_params = old.final_params
         self.deltas = np.empty((self.m, self.params.size), dtype=self.params.dtype)
@@ -839,8 +872,8 @@ class _Run:
             "round": self.done,
             "config": dict(self.config),
             "params": self.params,
-            "state": self.state,
-            "counts": self.counts,
+            "state": self.server.state,
+            "counts": self.server.participations.copy(),
             "history": {
                 **_history_state(self.history, self.done),
                 "final_params": self.reported,
@@ -850,20 +883,18 @@ class _Run:
     # --- one round (the papers' Algorithm 1) --------------------------------------------------
     def round(self, t: int) -> None:
         S = self.sample(t)
-        counts = self.counts.copy()  # the state keeps the last completed round's counts
-        counts[S] += 1
         t0 = time.perf_counter()
         local, accuracies = self.train(S, t)
         t1 = time.perf_counter()
-        agg = self.aggregate(self.report(S, t, local, accuracies, counts), t)
+        reports = self.report(S, t, local, accuracies)
+        agg, reported = self.aggregate(reports, t)
         t2 = time.perf_counter()
         # the model the rule reports (AFL: the average of its iterates) is what is evaluated
-        reported = agg.info.get("model", agg.params)
         self.record(t, S, agg, local.losses, reported, t1 - t0, t2 - t1)
         # the state moves to round t + 1 only once the round is recorded (a failure before
         # leaves the state, and a checkpoint written then, at round t)
-        self.done, self.params, self.state = t + 1, agg.params, agg.state
-        self.counts, self.reported = counts, reported
+        self.server.commit(reports, agg)
+        self.done, self.params, self.reported = t + 1, agg.params, reported
 
     def sample(self, t: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, SAMPLING_STREAM, t])
@@ -873,20 +904,19 @@ class _Run:
 
     def train(self, S: np.ndarray, t: int):
         """Local training (or one gradient) of the clients S from θ^t into ``self.deltas``."""
-        a, spec, theta, deltas = self.train_args, self.spec, self.params, self.deltas
+        s, spec, theta, deltas = self.training, self.training.local, self.params, self.deltas
         assert deltas is not None  # the rounds' buffer, made by begin() or restore()
-        if self.gradients:
+        if s.gradients:
             local = client_gradients(
                 self.model, theta, self.data, S, batch_size=spec.gradient_batch_size,
                 seed=self.seed, round_index=t, out=deltas,
             )  # fmt: skip
         else:
-            pm, pe, ph = a["propfair"]
+            pm, pe, ph = s.propfair
             local = train_clients(
-                self.model, theta, self.data, S, epochs=a["epochs"],
-                batch_size=a["batch_size"], lr=a["lr"], momentum=a["momentum"],
-                prox_mu=a["prox_mu"], seed=self.seed, round_index=t, out=deltas,
-                parallel=a["parallel"], propfair_m=pm or None, propfair_epsilon=pe,
+                self.model, theta, self.data, S, epochs=s.epochs, batch_size=s.batch_size,
+                lr=s.lr, momentum=s.momentum, prox_mu=s.prox_mu, seed=self.seed, round_index=t,
+                out=deltas, parallel=self.parallel, propfair_m=pm or None, propfair_epsilon=pe,
                 propfair_huber=ph,
             )  # fmt: skip
         accuracies = local.accuracies
@@ -899,28 +929,20 @@ class _Run:
         )
         if not finite:
             bad = S[~np.isfinite(deltas).all(axis=1) | ~np.isfinite(local.losses)]
-            what = "gradients" if self.gradients else "parameters"
+            what = "gradients" if s.gradients else "parameters"
             raise FloatingPointError(
                 f"local training diverged in round {t + 1}: clients {bad.tolist()} produced "
-                f"non-finite {what} or losses (lower lr, currently {a['lr']})"
+                f"non-finite {what} or losses (lower lr, currently {s.lr})"
             )
         return local, accuracies
 
-    def report(self, S, t, local, accuracies, counts) -> RoundReports:
-        d = self.deltas
-        return RoundReports(
-            None if self.gradients else d, self.n_train[S], local.losses, accuracies,
-            counts[S], S, t, self.K, d if self.gradients else None, self.train_args["lr"],
-        )  # fmt: skip
+    def report(self, S, t, local, accuracies) -> RoundReports:
+        assert self.deltas is not None  # the rounds' buffer, made by begin() or restore()
+        return self.server.reports(self.deltas, self.n_train[S], local.losses, accuracies, S, t)
 
-    def aggregate(self, reports: RoundReports, t: int):
-        agg = self.rule.step(self.params, reports, self.state)
-        reported = agg.info.get("model", agg.params)
-        if not (np.all(np.isfinite(agg.params)) and np.all(np.isfinite(reported))):
-            raise FloatingPointError(
-                f"rule {self.rule.name!r} produced non-finite parameters in round {t + 1}"
-            )
-        return agg
+    def aggregate(self, reports: RoundReports, t: int) -> tuple[Aggregate, np.ndarray]:
+        """The rule's step on round t's reports (``FloatingPointError`` if it diverges)."""
+        return self.server.step(self.params, reports)
 
     def record(self, t, S, agg, losses, reported, time_local, time_aggregate) -> None:
         h = self.history

@@ -234,6 +234,89 @@ def test_flower_run_equals_simulate(name, fed):
         np.testing.assert_array_equal(arrays_to_params(result.arrays), h.final_params)
 
 
+def test_simulate_and_the_strategy_share_one_server_round(fed, monkeypatch):
+    """Both run their rounds through ``fairagg._round.ServerRound``: reports, step and commit
+    once a round, in that order, on the same RoundReports (the strategy's from Flower
+    replies, simulate's from its own training; the accuracies only where the rule reads
+    them), each with its own error type."""
+    from fairagg import _round
+
+    calls = []
+    real = {name: getattr(_round.ServerRound, name) for name in ("reports", "step", "commit")}
+
+    def spy(name):
+        def call(self, *args):
+            out = real[name](self, *args)
+            kept = None
+            if name == "reports":  # simulate refills its (m, d) buffer: keep a copy
+                kept = out._replace(deltas=out.deltas.copy())
+            calls.append((self.error, name, kept))
+            return out
+
+        return call
+
+    for name in real:
+        monkeypatch.setattr(_round.ServerRound, name, spy(name))
+    kw = dict(seed=3, lr=0.05, epochs=1, batch_size=8)
+    strategy = FairaggStrategy("term", K, clients_per_round=3, fraction_evaluate=0.0, **kw)
+    strategy.start(
+        grid=InProcessGrid(fed.app, K),
+        initial_arrays=params_to_arrays(fed.model.init_params(3)),
+        num_rounds=2,
+    )
+    simulate("term", fed.model, fed.data, rounds=2, clients_per_round=3, **kw)
+    flower = [c for c in calls if c[0] is AggregationError]
+    sim = [c for c in calls if c[0] is FloatingPointError]
+    assert len(flower) + len(sim) == len(calls)
+    assert [c[1] for c in flower] == [c[1] for c in sim] == ["reports", "step", "commit"] * 2
+    for (_, _, a), (_, _, b) in zip(flower[::3], sim[::3], strict=True):
+        for field, x, y in zip(a._fields, a, b, strict=True):
+            if field == "accuracies":  # read from the replies only for a rule that needs them
+                assert x is None and "accuracies" not in RULES["term"].needs
+                continue
+            assert type(x) is type(y), field
+            if isinstance(x, np.ndarray):
+                assert x.dtype == y.dtype, field
+            np.testing.assert_array_equal(x, y, err_msg=field)
+
+
+def test_a_rule_that_diverges_is_an_aggregation_error_and_counts_nothing(fed):
+    """The shared round's non-finite check raises the strategy's AggregationError with
+    simulate's message; the round that diverged leaves the state and the participations as
+    the round before left them."""
+    from tests.test_simulate import nan_rule
+
+    strategy = FairaggStrategy(nan_rule(2), K, clients_per_round=3, fraction_evaluate=0.0)
+    with pytest.raises(AggregationError) as info:
+        strategy.start(
+            grid=InProcessGrid(fed.app, K),
+            initial_arrays=params_to_arrays(fed.model.init_params(0)),
+            num_rounds=3,
+        )
+    assert str(info.value) == "rule 'nan' produced non-finite parameters in round 2"
+    assert len(strategy.rounds) == 1
+    first = np.bincount(strategy.rounds[0].client_ids, minlength=K)
+    np.testing.assert_array_equal(strategy.participations, first)
+
+
+def test_the_strategy_checks_lr_and_momentum_once(fed):
+    """The strategy checks lr and momentum where they enter (its TrainingSettings), then reads
+    them as checked, every round (it had checked lr again in every round's reports)."""
+    from tests.test_simulate import server_checks
+
+    def run():
+        strategy = FairaggStrategy(
+            "qfedavg", K, clients_per_round=3, lr=0.05, momentum=0.5, fraction_evaluate=0.0
+        )
+        strategy.start(
+            grid=InProcessGrid(fed.app, K),
+            initial_arrays=params_to_arrays(fed.model.init_params(0)),
+            num_rounds=3,
+        )
+
+    assert server_checks(("lr", "momentum"), run) == {"lr": 1, "momentum": 1}
+
+
 def test_flower_run_equals_simulate_with_proportional_sampling_and_prox(fed):
     """Proportional sampling uses the n_k the clients report to the id query."""
     kw = dict(seed=4, lr=0.05, epochs=1, batch_size=5, prox_mu=0.3, sampling="proportional")

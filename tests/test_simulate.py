@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import numpy as np
 import pytest
 
-from fairagg import History, LocalSpec, fairavg, fairavg_weights, fedavg, make_reports, simulate
+from fairagg import (
+    History,
+    LocalSpec,
+    fairavg,
+    fairavg_weights,
+    fedavg,
+    make_reports,
+    make_rule,
+    simulate,
+)
 from fairagg.data import synthetic
 from fairagg.local import client_gradients, train_clients
 from fairagg.models import MLP, LogisticRegression
@@ -151,6 +161,109 @@ def test_divergence_raises_floating_point_error(data):
     m = LogisticRegression(60, 10, l2=1.0)
     with pytest.raises(FloatingPointError, match="lower lr"):
         _run(fedavg(), m, data, lr=1e30, epochs=3)
+
+
+def nan_rule(from_round: int) -> Rule:
+    """An unweighted mean whose step returns NaN parameters from round ``from_round`` (t + 1)
+    on: a rule that diverges."""
+
+    def init(params, num_clients):
+        return EmptyState()
+
+    def step(params, reports, state):
+        m = reports.deltas.shape[0]
+        w = np.full(m, 1.0 / m)
+        new = params - w @ reports.deltas
+        if reports.round_index + 1 >= from_round:
+            new = np.full_like(new, np.nan)
+        return Aggregate(new, state, {"weights": w})
+
+    return Rule("nan", init, step, {})
+
+
+def test_a_rule_that_diverges_stops_the_run_before_its_round_counts(model, data, tmp_path):
+    """The shared round's non-finite check (fairagg._round) raises simulate's FloatingPointError,
+    and the round that diverged is committed nowhere: the history, the checkpoint written on
+    the way out and its participation counts all stop at round 2."""
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(FloatingPointError) as info:
+        _run(nan_rule(3), model, data, checkpoint=ckpt)
+    assert str(info.value) == "rule 'nan' produced non-finite parameters in round 3"
+    h = info.value.history
+    assert h.num_rounds == 2
+    from fairagg.simulation import load_checkpoint
+
+    saved = load_checkpoint(ckpt)
+    assert saved["round"] == 2
+    selected = np.bincount(h.selected.ravel(), minlength=data.num_clients)
+    np.testing.assert_array_equal(saved["counts"], selected)
+
+
+def server_checks(names, fn):
+    """How often fairagg checks each of the real arguments ``names`` (``check_real(x, name)``)
+    while ``fn()`` runs, leaving out the checks made inside the clients' training
+    ([`train_clients`][fairagg.local.train_clients],
+    [`client_gradients`][fairagg.local.client_gradients]) and inside a rule's step: public
+    functions that check their own arguments, once per client or round."""
+    import sys
+    from pathlib import Path
+
+    import fairagg.rules
+    from fairagg import _checks
+
+    rules = Path(fairagg.rules.__file__).parent
+    check = _checks.check_real.__code__
+    inside = {train_clients.__code__, client_gradients.__code__}
+    counts = dict.fromkeys(names, 0)
+
+    def counted(frame) -> bool:
+        while frame is not None:
+            if frame.f_code in inside or Path(frame.f_code.co_filename).is_relative_to(rules):
+                return False
+            frame = frame.f_back
+        return True
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is check and frame.f_locals.get("name") in names:
+            if counted(frame.f_back):
+                counts[frame.f_locals["name"]] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+def test_lr_and_momentum_are_checked_once_per_run(model, data):
+    """simulate checks lr and momentum once, where they enter (its TrainingSettings), however
+    many rounds it runs: the round reads them as checked (it had checked each twice)."""
+    for rounds in (1, 4):
+        run = functools.partial(_run, fedavg(), model, data, rounds=rounds, momentum=0.5)
+        counts = server_checks(("lr", "momentum"), run)
+        assert counts == {"lr": 1, "momentum": 1}, (rounds, counts)
+
+
+def test_experiment_settings_build_the_rule_once_for_the_run(model, data, monkeypatch):
+    """The rule ExperimentSettings builds when it checks its hyper-parameters is the one a run
+    takes (``built_rule``), not built again, and runs as the rule built by name does."""
+    settings_module = importlib.import_module("fairagg._settings")
+    builds = []
+    real = settings_module.make_rule
+    monkeypatch.setattr(
+        settings_module, "make_rule", lambda *a, **k: builds.append(a) or real(*a, **k)
+    )
+    s = settings_module.ExperimentSettings(
+        rule="qfedavg", rule_arg=(("q", 2.0),), backend="numpy", lr=0.05, seed=7
+    )
+    rule = s.built_rule
+    assert s.built_rule is rule and len(builds) == 1
+    assert rule.name == "qfedavg" and rule.hyperparams["q"] == 2.0
+    assert rule.hyperparams["backend"] == "numpy"
+    a = _run(rule, model, data, lr=s.lr, seed=s.seed)
+    b = _run(make_rule("qfedavg", q=2.0, backend="numpy"), model, data, lr=s.lr, seed=s.seed)
+    np.testing.assert_array_equal(a.final_params, b.final_params)
 
 
 def test_save_load_round_trip(model, data, tmp_path):
