@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from fairagg import RULES
-from fairagg.cli import _describe_rule
+from fairagg.cli._describe import describe_rule
 
 PAGES = Path(__file__).resolve().parent / "pages"
 RULES_DIR = PAGES / "rules"
@@ -115,7 +115,7 @@ def rule_page(name: str, row: list[str] | None) -> str:
         f'keyword arguments of `fairagg.make_rule("{name}", ...)`):',
         "",
         "```text",
-        _describe_rule(name),
+        describe_rule(name),
         "```",
         "",
         "## Example",

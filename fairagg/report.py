@@ -35,7 +35,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,15 +52,39 @@ REPORT_FILES = (
     "curves.png",
     "accuracy_distribution.png",
 )
-#: The metrics of the report's tables (keys of ``fairness_summary``) with their headers.
-_TABLE = (
-    ("average", "Average (%)"),
-    ("worst_10", "Worst 10% (%)"),
-    ("best_10", "Best 10% (%)"),
-    ("variance", "Variance (%²)"),
-    ("angle", "Angle (°)"),
-    ("kl", "KL(a||u)"),
+
+
+class _Column(NamedTuple):
+    """A column of the results tables: a key of
+    [`fairness_summary`][fairagg.metrics.fairness_summary], its name, its unit (a report's
+    header adds it to the name), its format, and the factor its values are shown times."""
+
+    key: str
+    name: str
+    unit: str = ""
+    spec: str = ".2f"
+    scale: float = 1.0
+
+    @property
+    def header(self) -> str:
+        """The column's header in a report: its name with its unit."""
+        return f"{self.name} ({self.unit})" if self.unit else self.name
+
+
+#: The results tables' columns: ``fairagg compare``'s table.txt shows them all under their
+#: names; a report's tables all but the Gini coefficient (report.csv holds it) under their
+#: headers.
+_RESULTS = (
+    _Column("average", "Average", "%"),
+    _Column("worst_10", "Worst 10%", "%"),
+    _Column("best_10", "Best 10%", "%"),
+    _Column("variance", "Variance", "%²"),
+    _Column("angle", "Angle (°)"),
+    _Column("kl", "KL(a||u)", spec=".4f"),
+    _Column("gini", "Gini×100", scale=100.0),  # a fraction in [0, 1), shown in percent
 )
+#: The columns of a report's tables.
+_REPORT_COLUMNS = _RESULTS[:-1]
 #: Configuration entries that do not make two runs different experiments.
 _NOT_EXPERIMENT = frozenset({"seed"})
 
@@ -247,10 +271,16 @@ def _rows(groups: list[RunGroup]) -> list[dict[str, Any]]:
     return rows
 
 
-def _fmt(mean: float | None, std: float | None, n: int, spec: str = ".2f") -> str:
-    if mean is None:
+def _result_cell(column: _Column, values: Sequence[float | None]) -> str:
+    """The cell of ``column`` for a group of runs, from each run's value (None where it has
+    none): the value of a single run, else the mean ± the population standard deviation over
+    the runs that have one; ``"n/a"`` where none has."""
+    vals = [column.scale * v for v in values if v is not None]
+    if not vals:
         return "n/a"
-    return f"{mean:{spec}}" if n == 1 else f"{mean:{spec}} ± {std:{spec}}"
+    if len(values) == 1:
+        return f"{vals[0]:{column.spec}}"
+    return f"{np.mean(vals):{column.spec}} ± {np.std(vals):{column.spec}}"
 
 
 def _rounds_cell(g: RunGroup) -> str:
@@ -267,13 +297,12 @@ def _status_cell(g: RunGroup) -> str:
     return "stopped" if n == 1 else f"{g.stopped} of {n} stopped"
 
 
-def _table_cells(groups: list[RunGroup], rows: list[dict[str, Any]]) -> list[list[str]]:
+def _table_cells(groups: list[RunGroup]) -> list[list[str]]:
     cells = []
-    for g, r in zip(groups, rows, strict=True):
-        line = [g.label, str(r["runs"]), _rounds_cell(g), _status_cell(g)]
-        for key, _ in _TABLE:
-            line.append(_fmt(r[f"{key}_mean"], r[f"{key}_std"], r["runs"],
-                             ".4f" if key == "kl" else ".2f"))  # fmt: skip
+    for g in groups:
+        summaries = [h.summary() for h in g.histories]
+        line = [g.label, str(len(g.histories)), _rounds_cell(g), _status_cell(g)]
+        line += [_result_cell(c, [s[c.key] for s in summaries]) for c in _REPORT_COLUMNS]
         cells.append(line)
     return cells
 
@@ -441,8 +470,8 @@ def write_report(runs: Iterable[str | os.PathLike], out: str | os.PathLike) -> l
         w.writerows(rows)
     _plot_curves(groups, out / "curves.png")
     _plot_distribution(groups, out / "accuracy_distribution.png")
-    header = ["group", "runs", "rounds", "status", *[h for _, h in _TABLE]]
-    cells = _table_cells(groups, rows)
+    header = ["group", "runs", "rounds", "status", *[c.header for c in _REPORT_COLUMNS]]
+    cells = _table_cells(groups)
     intro, warning = _intro(groups)
     md = [
         "# fairagg report",

@@ -127,7 +127,7 @@ def test_the_flower_strategy_builds_on_auto():
 
 
 def test_a_comparison_written_before_backend_resumes_on_numpy(tmp_path, capsys):
-    from fairagg.cli import _stored_compare_args
+    from fairagg.cli._compare import _stored_compare_args
 
     out = tmp_path / "cmp"
     argv = ["compare", "--rules", "fedavg", *SMALL[:-1], "--quiet", "--out", str(out)]

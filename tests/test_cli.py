@@ -109,7 +109,7 @@ def test_compare_runs_every_rule_seed_and_kprime(tmp_path, capsys):
         "2,3",
         "--out",
         str(out),
-        *SMALL,
+        *LOUD,
     ]
     assert main(argv) == 0
     with open(out / "summary.csv") as fh:
@@ -250,6 +250,54 @@ def test_quiet_prints_nothing_on_success(tmp_path, capsys):
         assert capsys.readouterr() == ("", ""), rule
     assert main(["run", "--resume", str(tmp_path / "qfedavg"), "--rounds", "4", "--quiet"]) == 0
     assert capsys.readouterr() == ("", "")
+
+
+def test_compare_quiet_prints_nothing_on_success(tmp_path, capsys):
+    # --quiet makes run's promise: without it, compare says qfedavg's experiment default, the
+    # data, where a resumed comparison stands, the results table and the files written
+    out = tmp_path / "cmp"
+    argv = ["compare", "--rules", "fedavg,qfedavg", *SMALL3, "--out", str(out)]
+    assert main(argv) == 0
+    assert capsys.readouterr() == ("", "")
+    assert main(["compare", "--resume", str(out), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert main(argv) == 2  # a failure is still said
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.startswith("fairagg: error: --out: "), printed
+
+
+def _rules_built(monkeypatch) -> list[str]:
+    """The name of every rule built from now on: ``make_rule`` counted wherever fairagg's
+    modules hold it (it is the only caller of a rule's factory)."""
+    import fairagg.rules
+
+    real, built = fairagg.rules.make_rule, []
+
+    def counted(name, **hyperparams):
+        built.append(name)
+        return real(name, **hyperparams)
+
+    for module in list(sys.modules.values()):
+        if module is not None and module.__name__.startswith("fairagg"):
+            if getattr(module, "make_rule", None) is real:
+                monkeypatch.setattr(module, "make_rule", counted)
+    return built
+
+
+def test_a_run_builds_its_rule_once(tmp_path, monkeypatch):
+    # the settings build the rule to check its hyper-parameters; the run trains with that one
+    built = _rules_built(monkeypatch)
+    assert main(["run", *SMALL3, "--rule", "term", "--out", str(tmp_path / "run")]) == 0
+    assert built == ["term"]
+    built.clear()
+    assert main(["run", "--resume", str(tmp_path / "run"), "--rounds", "4", "--quiet"]) == 0
+    assert built == ["term"]  # the checkpoint is checked against that rule too
+    built.clear()
+    # compare checks one set of settings per rule and K' and one per further seed; its four
+    # runs build none
+    argv = ["compare", "--rules", "fedavg,term", "--seeds", "0,1", *SMALL3]
+    assert main([*argv, "--out", str(tmp_path / "cmp")]) == 0
+    assert sorted(built) == ["fedavg", "fedavg", "term"]
 
 
 def test_a_resumed_run_says_its_time_is_that_of_its_new_rounds(tmp_path, capsys):
@@ -401,7 +449,7 @@ def test_outputs_say_their_units(tmp_path, capsys):
 
 
 def test_a_collapsed_run_is_said_to_be_one():
-    from fairagg.cli import _collapse
+    from fairagg.cli._run import _collapse
 
     h = History({}, [10, 10, 10, 10, 10, 10, 10, 10, 10, 10], [5] * 10)
     acc = np.linspace(0.0, 0.9, 10)

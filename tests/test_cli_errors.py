@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fairagg import History
-from fairagg.cli import EXPERIMENT_RULE_ARGS, _build_parser, main
+from fairagg.cli import EXPERIMENT_RULE_ARGS, main
+from fairagg.cli._parser import _build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = str(REPO / "tests" / "golden")
@@ -396,12 +397,12 @@ def test_the_docs_type_vectors_check_with_the_folder_it_checks():
 
 
 def test_running_out_of_memory_is_one_line(tmp_path, monkeypatch, capsys):
-    import fairagg.cli as cli
+    import fairagg.cli._run as run
 
     def too_big(args):
         raise MemoryError("Unable to allocate 745. GiB for an array")
 
-    monkeypatch.setattr(cli, "_make_experiment", too_big)
+    monkeypatch.setattr(run, "_make_experiment", too_big)
     assert main(["run", *SMALL, "--out", str(tmp_path / "x")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("fairagg: error: out of memory") and err.count("\n") == 1

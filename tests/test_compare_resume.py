@@ -90,7 +90,7 @@ def test_an_interrupted_comparison_resumes_to_the_outputs_of_one_never_stopped(
 
     with monkeypatch.context() as m:
         calls = _count_rounds(m)
-        assert main(["compare", "--resume", str(out), "--quiet"]) == 0
+        assert main(["compare", "--resume", str(out)]) == 0  # it says where it stands
     # completed runs are kept, not rerun (0 rounds); term seed 0 goes on from its checkpoint
     # (rounds 2 and 3); the 4 runs never begun run their 3 rounds each
     assert len(calls) == 2 + 4 * 3

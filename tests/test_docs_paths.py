@@ -19,7 +19,8 @@ import pytest
 
 import fairagg
 from fairagg import RULES
-from fairagg.cli import _build_parser, main
+from fairagg.cli import main
+from fairagg.cli._parser import _build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "pages").rglob("*.md"))]
