@@ -405,8 +405,16 @@ def qfedavg_step(
     L = 1.0 / check_real(lr, "lr", low=0.0, low_open=True)
     eps = check_real(epsilon, "epsilon", low=0.0)
     check_backend(backend)
+    return _qfedavg_with_l(params, deltas, losses, qv, L, eps, backend)
+
+
+def _qfedavg_with_l(
+    params: Any, deltas: Any, losses: Any, q: float, L: float, eps: float, backend: str
+) -> QStep:
+    """[`qfedavg_step`][fairagg.rules.qffl.qfedavg_step] given L itself (q, L, ε and the backend
+    checked): the rule passes its L on as it is, never through lr = 1/L and back."""
     theta, D = _directions(params, deltas, "deltas")
-    return _q_step(theta, D, losses, qv, L, eps, static=False, scale=L, backend=backend)
+    return _q_step(theta, D, losses, q, L, eps, static=False, scale=L, backend=backend)
 
 
 def qfedsgd_step(
@@ -435,8 +443,23 @@ def qfedsgd_step(
     if not isinstance(static_step, (bool, np.bool_)):
         raise TypeError(f"static_step must be a bool; got {type(static_step).__name__}")
     check_backend(backend)
+    return _qfedsgd_with_l(params, grads, losses, qv, L, eps, bool(static_step), backend)
+
+
+def _qfedsgd_with_l(
+    params: Any,
+    grads: Any,
+    losses: Any,
+    q: float,
+    L: float,
+    eps: float,
+    static: bool,
+    backend: str,
+) -> QStep:
+    """[`qfedsgd_step`][fairagg.rules.qffl.qfedsgd_step] given L itself (checked), as
+    ``_qfedavg_with_l``."""
     theta, G = _directions(params, grads, "grads")
-    return _q_step(theta, G, losses, qv, L, eps, static=bool(static_step), backend=backend)
+    return _q_step(theta, G, losses, q, L, eps, static=static, backend=backend)
 
 
 def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:
@@ -462,7 +485,8 @@ def lipschitz_q(loss: float, grad_norm_sq: float, L: float, q: float) -> float:
 
 
 def _lipschitz_of(lipschitz: float | None, reports: RoundReports, name: str) -> float:
-    """L: the rule's ``lipschitz`` if given, else 1/reports.lr (SPEC §2: L = 1/lr)."""
+    """L: the rule's ``lipschitz`` if given, else 1/reports.lr (SPEC §2: L = 1/lr), computed
+    once here and passed on as L."""
     if lipschitz is not None:
         return lipschitz
     if reports.lr is None:
@@ -470,7 +494,7 @@ def _lipschitz_of(lipschitz: float | None, reports: RoundReports, name: str) -> 
             f"{name} needs L = 1/lr: build it with lipschitz=L, or pass reports with lr set "
             "(fairagg.simulate does)"
         )
-    return 1.0 / reports.lr
+    return 1.0 / check_real(reports.lr, "lr", low=0.0, low_open=True)
 
 
 def _check_rule_hyper(
@@ -527,7 +551,7 @@ def qfedavg(
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=("losses",))
         L = _lipschitz_of(L0, reports, "qfedavg")
-        res = qfedavg_step(theta, reports.deltas, reports.losses, qv, 1.0 / L, eps, backend=backend)
+        res = _qfedavg_with_l(theta, reports.deltas, reports.losses, qv, L, eps, backend)
         info = {"weights": L * res.weights, "h_sum": res.h_sum}
         return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
 
@@ -585,9 +609,7 @@ def qfedsgd(
         theta = as_float_array(params, "params", ndim=1, finite=False)
         check_reports(reports, theta, needs=("losses", "gradients"))
         L = _lipschitz_of(L0, reports, "qfedsgd")
-        res = qfedsgd_step(
-            theta, reports.gradients, reports.losses, qv, 1.0 / L, eps, static, backend=backend
-        )
+        res = _qfedsgd_with_l(theta, reports.gradients, reports.losses, qv, L, eps, static, backend)
         info = {"weights": res.weights, "h_sum": res.h_sum}
         return Aggregate(res.params.astype(theta.dtype, copy=False), state, info)
 

@@ -854,3 +854,22 @@ def test_the_static_step_survives_a_partial_sum_that_overflows():
     got = qfedsgd_step(np.zeros(1), G, [3e10, 3e10, 3e10], 1.0, 1e298, static_step=True)
     w = (3e10 + 1e-10) / 3 * 1e298
     assert got.params[0] == pytest.approx(-w * 0.95, rel=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("rule", [qfedavg, qfedsgd])
+def test_a_given_lipschitz_is_the_l_the_step_uses_bit_for_bit(rule, backend):
+    """``lipschitz=L`` steps with L itself, not with 1/(1/L): for this L the round trip is one
+    ulp off (0.031235726830310555). With q = 0 and one client, h = q F^(q-1)|Δ|² + L F^q is L
+    exactly, so the reported h_sum shows the L the step used."""
+    L = 0.03123572683031056
+    assert 1.0 / (1.0 / L) != L  # the case: the round trip moves L
+    rng = np.random.default_rng(3)
+    theta, D, F = rng.normal(size=5), rng.normal(size=(1, 5)), np.array([1.3])
+    sgd = rule is qfedsgd
+    reports = make_reports(
+        None if sgd else D, np.ones(1, dtype=np.int64), losses=F, gradients=D if sgd else None,
+        lr=0.5,
+    )  # fmt: skip
+    got = rule(q=0.0, lipschitz=L, backend=backend).step(theta, reports, EmptyState())
+    assert got.info["h_sum"] == L
