@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -309,9 +310,54 @@ def check(
         Bad arguments, a call that cannot work (an argument of yours the harness does not
         have, a returned name the target does not have), or a check that compared nothing.
     """
+    kind = _check_fn(fn, target)
+    hypothesis, max_examples = _check_counts(round_base, generated, hypothesis, max_examples)
+    adapter = _check_adapter(domain, adapter, kind)
+    fixed = _fixed_params(params, target, kind)
+    user_tol = _user_tolerance(rtol, atol)
+    solver = _check_precision_args(precision, solver_tol, max_examples)
+    seed = _check_modes(golden, hypothesis, keep_going, seed, derandomize)
+    accepted_names = parse_accept(accept, target, fixed)
+    if isinstance(fn, Worker) and adapter != Adapter():
+        raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
+    checker = Checker(
+        fn, target, adapter, fixed, precision, solver, user_tol, int(round_base), domain,
+        accepted_names,
+    )  # fmt: skip
+    checker.keep_rows = bool(keep_going)
+    names = None if isinstance(golden, bool) else list(golden)
+    counts = _Counts()
+    outcomes: list[Outcome] = []
+    try:
+        if golden:
+            _run_golden(checker, _golden_cases(target, names), outcomes, counts)
+        if hypothesis:
+            _run_generated(checker, target, fixed, seed, max_examples, outcomes, counts)
+        if counts.golden + counts.generated == 0:
+            raise _nothing_compared(target, outcomes, counts, hypothesis)
+        mismatch = _diagnosed(checker, outcomes, target, fixed, bool(hypothesis), seed, counts)
+    except UsageError as exc:
+        raise exc.exc from None
+    report = _report(
+        checker, target, fixed, outcomes, counts, mismatch, accepted_names,
+        hypothesis=bool(hypothesis), seed=seed, keep_going=bool(keep_going),
+    )  # fmt: skip
+    if mismatch is not None and raise_on_mismatch:
+        raise ConformanceError(mismatch, report)
+    return report
+
+
+def _check_fn(fn: Any, target: str) -> str:
+    """The kind of ``target``, once ``fn`` is known to be callable or a Worker."""
     if not (callable(fn) or isinstance(fn, Worker)):
         raise TypeError(f"fn must be callable or a Worker; got {type(fn).__name__}")
-    kind = kind_of(target)
+    return kind_of(target)
+
+
+def _check_counts(
+    round_base: Any, generated: Any, hypothesis: bool, max_examples: Any
+) -> tuple[bool, Any]:
+    """``round_base`` checked; (``hypothesis``, ``max_examples``) as ``generated`` sets them."""
     if isinstance(round_base, bool) or not isinstance(round_base, (int, np.integer)):
         raise TypeError(f"round_base must be an int; got {type(round_base).__name__}")
     if round_base < 0:
@@ -322,7 +368,12 @@ def check(
             raise TypeError(f"generated must be an int; got {type(generated).__name__}")
         if generated < 0:
             raise ValueError(f"generated must be >= 0; got {generated}")
-        hypothesis, max_examples = generated > 0, max(int(generated), 1)
+        hypothesis, max_examples = bool(generated > 0), max(int(generated), 1)
+    return hypothesis, max_examples
+
+
+def _check_adapter(domain: Any, adapter: Any, kind: str) -> Adapter:
+    """``domain`` checked; the adapter (the default one when none is given)."""
     if domain is not None and not callable(domain):
         raise TypeError(f"domain must be callable; got {type(domain).__name__}")
     if adapter is None:
@@ -333,6 +384,11 @@ def check(
         )
     if adapter.stateful and kind != "rule":
         raise ValueError("Adapter(stateful=True) applies to rules only")
+    return adapter
+
+
+def _fixed_params(params: Any, target: str, kind: str) -> Json:
+    """The parameters fixed for every case, each one the target has, with a value it takes."""
     if params is not None and not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of parameter names; got {type(params).__name__}")
     fixed = dict(params or {})
@@ -345,7 +401,11 @@ def check(
         )
     if kind == "rule":
         make_rule(target, **fixed)  # a bad hyper-parameter value is the rule's own clear error
-    user_tol = _user_tolerance(rtol, atol)
+    return fixed
+
+
+def _check_precision_args(precision: Any, solver_tol: Any, max_examples: Any) -> float:
+    """The solver accuracy of ``precision``, once it and ``max_examples`` are checked."""
     if solver_tol is not None and precision != "solver":
         raise ValueError(
             f"solver_tol applies to precision='solver' (an iterative solver's argmin); got "
@@ -354,6 +414,13 @@ def check(
     solver = check_precision(precision, DEFAULT_SOLVER_TOL if solver_tol is None else solver_tol)
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive int; got {max_examples!r}")
+    return solver
+
+
+def _check_modes(
+    golden: Any, hypothesis: bool, keep_going: Any, seed: Any, derandomize: bool
+) -> int:
+    """The seed of the generated examples, once the modes of the check are checked."""
     if isinstance(golden, str) or not isinstance(golden, (bool, Iterable)):
         raise TypeError(
             f"golden must be a bool or an iterable of case names; got {type(golden).__name__}"
@@ -370,90 +437,111 @@ def check(
         raise ValueError(f"seed must be a non-negative int or None; got {seed!r}")
     if seed is None or not derandomize:
         seed = int.from_bytes(os.urandom(4), "little")
-    accepted_names = parse_accept(accept, target, fixed)
-    if isinstance(fn, Worker) and adapter != Adapter():
-        raise ValueError("adapter does not apply to a Worker: name things in the worker itself")
-    checker = Checker(
-        fn, target, adapter, fixed, precision, solver, user_tol, int(round_base), domain,
-        accepted_names,
-    )  # fmt: skip
-    checker.keep_rows = bool(keep_going)
-    names = None if isinstance(golden, bool) else list(golden)
-    outcomes: list[Outcome] = []
-    n_golden = n_generated = skipped = outside = refused = 0
-    next_index = 0
-    try:
-        if golden:
-            for case in _golden_cases(target, names):
-                o = checker.run(case)
-                outcomes.append(o)
-                skipped += o.status == "skipped"
-                outside += o.status == "outside"
-                refused += o.status == "both refuse"
-                n_golden += o.compared
-        if hypothesis:
-            draws = 0
-            while n_generated < max_examples and draws < _DRAWS_PER_EXAMPLE * max_examples:
-                o = checker.run(generated_case(target, fixed, seed, draws))
-                draws += 1
-                if o.status == "rejected":
-                    continue
-                outcomes.append(o)
-                outside += o.status == "outside"
-                n_generated += o.compared
-            next_index = draws
-            if n_generated == 0 and not any(o.status == "outside" for o in outcomes
-                                            if o.case.source != GOLDEN):  # fmt: skip
-                raise UsageError(
-                    ValueError(
-                        f"fairagg rejected every generated input of {target!r} with params "
-                        f"{fixed}: are they valid?"
-                    )
-                )
-        if n_golden + n_generated == 0:
-            g_out = sum(o.status == "outside" for o in outcomes if o.case.source == GOLDEN)
-            n_drawn = next_index if hypothesis else 0
-            raise UsageError(
-                ValueError(
-                    f"nothing was compared for {target!r}: of the golden cases, {skipped} set "
-                    f"another value of a fixed parameter and {g_out} are outside your domain "
-                    "(your code skipped them, or domain= excludes them); of the generated "
-                    f"examples drawn ({n_drawn}, redrawn while outside your domain or refused by "
-                    "fairagg), none was compared. A check that compares nothing cannot conform"
-                )
+    return seed
+
+
+@dataclass
+class _Counts:
+    """What the cases of one check came to (``next_index``: the generated examples drawn)."""
+
+    golden: int = 0
+    generated: int = 0
+    skipped: int = 0
+    outside: int = 0
+    refused: int = 0
+    next_index: int = 0
+
+
+def _run_golden(
+    checker: Checker, cases: list[Case], outcomes: list[Outcome], counts: _Counts
+) -> None:
+    for case in cases:
+        o = checker.run(case)
+        outcomes.append(o)
+        counts.skipped += o.status == "skipped"
+        counts.outside += o.status == "outside"
+        counts.refused += o.status == "both refuse"
+        counts.golden += o.compared
+
+
+def _run_generated(
+    checker: Checker, target: str, fixed: Json, seed: int, max_examples: int,
+    outcomes: list[Outcome], counts: _Counts,
+) -> None:  # fmt: skip
+    draws = 0
+    while counts.generated < max_examples and draws < _DRAWS_PER_EXAMPLE * max_examples:
+        o = checker.run(generated_case(target, fixed, seed, draws))
+        draws += 1
+        if o.status == "rejected":
+            continue
+        outcomes.append(o)
+        counts.outside += o.status == "outside"
+        counts.generated += o.compared
+    counts.next_index = draws
+    if counts.generated == 0 and not any(o.status == "outside" for o in outcomes
+                                         if o.case.source != GOLDEN):  # fmt: skip
+        raise UsageError(
+            ValueError(
+                f"fairagg rejected every generated input of {target!r} with params "
+                f"{fixed}: are they valid?"
             )
-        mismatch = None
-        if any(o.status == "differs" for o in outcomes):
-            _same_again(checker, next(o for o in outcomes if o.status == "differs"))
-            diagnosis = Diagnoser(
-                checker, outcomes, search=bool(hypothesis), seed=seed, next_index=next_index,
-                fixed=fixed,
-            ).run()  # fmt: skip
-            mismatch = _mismatch(target, diagnosis, checker)
-    except UsageError as exc:
-        raise exc.exc from None
+        )
+
+
+def _nothing_compared(
+    target: str, outcomes: list[Outcome], counts: _Counts, hypothesis: bool
+) -> UsageError:
+    g_out = sum(o.status == "outside" for o in outcomes if o.case.source == GOLDEN)
+    n_drawn = counts.next_index if hypothesis else 0
+    return UsageError(
+        ValueError(
+            f"nothing was compared for {target!r}: of the golden cases, {counts.skipped} set "
+            f"another value of a fixed parameter and {g_out} are outside your domain "
+            "(your code skipped them, or domain= excludes them); of the generated "
+            f"examples drawn ({n_drawn}, redrawn while outside your domain or refused by "
+            "fairagg), none was compared. A check that compares nothing cannot conform"
+        )
+    )
+
+
+def _diagnosed(
+    checker: Checker, outcomes: list[Outcome], target: str, fixed: Json, search: bool,
+    seed: int, counts: _Counts,
+) -> Mismatch | None:  # fmt: skip
+    """The first difference, diagnosed from every case; None where no case differs."""
+    if not any(o.status == "differs" for o in outcomes):
+        return None
+    _same_again(checker, next(o for o in outcomes if o.status == "differs"))
+    diagnosis = Diagnoser(
+        checker, outcomes, search=search, seed=seed, next_index=counts.next_index, fixed=fixed,
+    ).run()  # fmt: skip
+    return _mismatch(target, diagnosis, checker)
+
+
+def _report(
+    checker: Checker, target: str, fixed: Json, outcomes: list[Outcome], counts: _Counts,
+    mismatch: Mismatch | None, accepted_names: dict[str, Any], *, hypothesis: bool, seed: int,
+    keep_going: bool,
+) -> ConformanceReport:  # fmt: skip
     rows = tuple(r for o in outcomes for r in o.rows) if keep_going else ()
     accepted_as = []
     for name, value in accepted_names.items():
         if any(o.status == "accepted" and o.accepted and name in o.accepted for o in outcomes):
             accepted_as.append(f"epsilon = {value:g}" if name == "epsilon" else name)
-    report = ConformanceReport(
+    return ConformanceReport(
         target,
-        n_golden,
-        n_generated,
-        skipped,
+        counts.golden,
+        counts.generated,
+        counts.skipped,
         mismatch,
-        outside,
+        counts.outside,
         rows,
         sum(o.status == "differs" for o in outcomes),
         tuple(sorted(checker.not_returned)),
         sum(o.status == "accepted" for o in outcomes),
         drawn(target, fixed) if hypothesis else (),
         seed if hypothesis else None,
-        refused,
+        counts.refused,
         tuple(accepted_as),
-        bool(keep_going),
+        keep_going,
     )
-    if mismatch is not None and raise_on_mismatch:
-        raise ConformanceError(mismatch, report)
-    return report

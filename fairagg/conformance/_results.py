@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._tolerance import DEFAULT_SOLVER_TOL, Tolerance, check_precision
+from .._tolerance import DEFAULT_SOLVER_TOL, Tolerance, blanket, check_precision
 from .._worker import WorkerError, decode
+from ..vectors import load_case
 from ._checker import AFTER, Row
 from ._compare import close, differences
 from ._report import ConformanceReport
@@ -80,18 +84,29 @@ def compare_results(
         never gave. Cases of your file that the golden folder lacks are an error, and so is a
         file that compares nothing.
     """
-    import json
-    from pathlib import Path
-
-    from .._tolerance import blanket
-    from ..vectors import load_case
     from ._check import _user_tolerance
 
     if not isinstance(results, (str, Path)) or not isinstance(golden, (str, Path)):
         raise TypeError("results and golden must be paths (str or pathlib.Path)")
     solver = check_precision(precision, solver_tol)
     user_tol = _user_tolerance(rtol, atol)
-    res_path, root = Path(results), Path(golden)
+    root = Path(golden)
+    mine, index = _load(Path(results), root)
+    out = _Compared()
+    for key, entry in index.items():
+        if key not in mine:
+            continue
+        case = load_case(root / entry["file"])
+        _compare_case(key, case, mine[key], user_tol, precision, solver, out)
+    n = sum(1 for k in index if k in mine)
+    return ConformanceReport(
+        "golden files", n, 0, len(index) - n, None, 0, tuple(out.rows), out.failed,
+        tuple(sorted(out.not_returned)), refused=out.refused, keep_going=True,
+    )  # fmt: skip
+
+
+def _load(res_path: Path, root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(your results by case, the golden index by case), each results' case in the index."""
     if not res_path.is_file():
         raise FileNotFoundError(f"results: no file {str(res_path)!r}")
     if not (root / "index.json").is_file():
@@ -114,66 +129,72 @@ def compare_results(
         )
     if not mine:
         raise ValueError("results: the file holds no case: nothing would be compared")
-    rows: list[Row] = []
-    failed = refused = 0
-    not_returned: set[str] = set()
-    for key, entry in index.items():
-        if key not in mine:
-            continue
-        case = load_case(root / entry["file"])
-        label = f"golden case {key}"
-        want = case["expected"]
-        got_all = mine[key]
-        if not isinstance(got_all, dict):
-            raise ValueError(f"results: {key} must be a JSON object of named outputs")
-        if "error" in want:
-            if "error" in got_all:
-                rows.append(Row(label, None, "refusal", None, None, "", "both refuse"))
-                refused += 1
-            else:
-                rows.append(Row(label, None, "refusal", None, None, "",
-                                "differs: fairagg refuses this input"))  # fmt: skip
-                failed += 1
-            continue
-        pairs: list[tuple[int | None, tuple[Any, Any]]]
-        if case["kind"] == "rule":
-            rounds_got = got_all.get("rounds")
-            if not isinstance(rounds_got, list):
-                raise ValueError(f'results: {key} must hold "rounds", a list of rounds')
-            pairs = list(enumerate(zip(want["rounds"], rounds_got, strict=False)))
-            n_want = len(want["rounds"])
+    return mine, index
+
+
+@dataclass
+class _Compared:
+    """The rows of every case compared so far, and what they came to."""
+
+    rows: list[Row] = field(default_factory=list)
+    failed: int = 0
+    refused: int = 0
+    not_returned: set[str] = field(default_factory=set)
+
+
+def _compare_case(
+    key: str, case: dict[str, Any], got_all: Any, user_tol: tuple[float, float] | None,
+    precision: str, solver: float, out: _Compared,
+) -> None:  # fmt: skip
+    """Compare your results of one golden case with its expectations, into ``out``."""
+    label = f"golden case {key}"
+    want = case["expected"]
+    rows = out.rows
+    if not isinstance(got_all, dict):
+        raise ValueError(f"results: {key} must be a JSON object of named outputs")
+    if "error" in want:
+        if "error" in got_all:
+            rows.append(Row(label, None, "refusal", None, None, "", "both refuse"))
+            out.refused += 1
         else:
-            pairs = [(None, (want, got_all))]
-            n_want = 1
-        tols = blanket(want, *user_tol) if user_tol is not None else None
-        differs = False
-        for t, (w, g) in pairs:
-            if differs:
-                rows.append(Row(label, t, "(round)", None, None, "", AFTER))
+            rows.append(Row(label, None, "refusal", None, None, "",
+                            "differs: fairagg refuses this input"))  # fmt: skip
+            out.failed += 1
+        return
+    pairs: list[tuple[int | None, tuple[Any, Any]]]
+    if case["kind"] == "rule":
+        rounds_got = got_all.get("rounds")
+        if not isinstance(rounds_got, list):
+            raise ValueError(f'results: {key} must hold "rounds", a list of rounds')
+        pairs = list(enumerate(zip(want["rounds"], rounds_got, strict=False)))
+        n_want = len(want["rounds"])
+    else:
+        pairs = [(None, (want, got_all))]
+        n_want = 1
+    tols = blanket(want, *user_tol) if user_tol is not None else None
+    differs = False
+    for t, (w, g) in pairs:
+        if differs:
+            rows.append(Row(label, t, "(round)", None, None, "", AFTER))
+            continue
+        for k, wv in w.items():
+            if tols is not None:
+                tol = tols[k]
+            else:
+                tol = file_tolerance(case["tolerance"][k], wv, precision, solver)
+            if k not in g:
+                out.not_returned.add(k)
+                rows.append(Row(label, t, k, None, None, tol.text(), "not returned"))
                 continue
-            for k, wv in w.items():
-                if tols is not None:
-                    tol = tols[k]
-                else:
-                    tol = file_tolerance(case["tolerance"][k], wv, precision, solver)
-                if k not in g:
-                    not_returned.add(k)
-                    rows.append(Row(label, t, k, None, None, tol.text(), "not returned"))
-                    continue
-                gv = _result_value(g[k], f"{key} {k}")
-                why = close(gv, wv, tol)
-                a, r = differences(gv, wv)
-                verdict = "agrees" if why is None else "differs"
-                if why is not None and a is None:  # no entrywise difference: say why
-                    verdict = f"differs: {why}"
-                rows.append(Row(label, t, k, a, r, tol.text(), verdict))
-                differs |= why is not None
-        if case["kind"] == "rule" and len(pairs) < n_want and not differs:
-            for t in range(len(pairs), n_want):
-                rows.append(Row(label, t, "(round)", None, None, "", "not returned"))
-        failed += differs
-    n = sum(1 for k in index if k in mine)
-    return ConformanceReport(
-        "golden files", n, 0, len(index) - n, None, 0, tuple(rows), failed,
-        tuple(sorted(not_returned)), refused=refused, keep_going=True,
-    )  # fmt: skip
+            gv = _result_value(g[k], f"{key} {k}")
+            why = close(gv, wv, tol)
+            a, r = differences(gv, wv)
+            verdict = "agrees" if why is None else "differs"
+            if why is not None and a is None:  # no entrywise difference: say why
+                verdict = f"differs: {why}"
+            rows.append(Row(label, t, k, a, r, tol.text(), verdict))
+            differs |= why is not None
+    if case["kind"] == "rule" and len(pairs) < n_want and not differs:
+        for t in range(len(pairs), n_want):
+            rows.append(Row(label, t, "(round)", None, None, "", "not returned"))
+    out.failed += differs
