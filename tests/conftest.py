@@ -34,6 +34,20 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
+def pytest_configure(config):
+    """With ``-n N`` workers, each worker's BLAS gets cores // N threads (at least one): the
+    variables are set here, in the controller, before it starts the workers, so that every
+    worker's OpenBLAS reads them as it loads. Two workers each running 2-thread OpenBLAS on 2
+    cores made the BLAS-heavy tests several times slower (OpenBLAS's threads wait by spinning).
+    A variable the caller set is kept. The numerics do not depend on it: the tests pin no
+    result that the BLAS thread count can change (their pins pass either way)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if os.environ.get("PYTEST_XDIST_WORKER") or not isinstance(workers, int) or workers < 2:
+        return
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", threads)  # numpy's and scipy's OpenBLAS
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """Every backend of ``fairagg.kernels`` in turn: the backend-parity tests take it."""

@@ -329,11 +329,17 @@ def test_fedfv_numba_runs_blas_on_one_thread_and_restores_it(monkeypatch):
         seen[args[-1]] = _blas_threads()
         return real(*args)
 
+    from threadpoolctl import threadpool_limits
+
     monkeypatch.setattr(fedfv, "_fedfv_direction", spy)
-    before = _blas_threads()
     D = np.random.default_rng(0).standard_normal((5, 300))
-    got = {b: fedfv.fedfv_direction(D, np.arange(5.0), backend=b) for b in ("numpy", "numba")}
-    assert _blas_threads() == before
+    # two BLAS threads, whatever the session runs with (the suite's workers run one each), so
+    # that one thread inside the numba path is the rule's doing
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        assert before and set(before) == {2}
+        got = {b: fedfv.fedfv_direction(D, np.arange(5.0), backend=b) for b in ("numpy", "numba")}
+        assert _blas_threads() == before
     assert seen["numba"] and set(seen["numba"]) == {1}
     assert seen["numpy"] == before  # the reference leaves BLAS as the user set it
     np.testing.assert_allclose(got["numba"].direction, got["numpy"].direction, rtol=1e-12)
