@@ -317,7 +317,8 @@ _PCG_MULT_HI = np.uint64(2549297995355413924)
 _PCG_MULT_LO = np.uint64(4865540595714422341)
 
 
-@njit(cache=True, inline="always")
+# integer arithmetic only: the flags (its fast-math caller's, stated) change nothing here
+@njit(cache=True, inline="always", fastmath=_FASTMATH)
 def _mulhi64(x, y):
     """High 64 bits of the 128-bit product of two unsigned 64-bit integers."""
     x0, x1 = x & _M32, x >> _U32
@@ -328,7 +329,8 @@ def _mulhi64(x, y):
     return x1 * y1 + (t >> _U32) + (w1 >> _U32)
 
 
-@njit(cache=True, inline="always")
+# integer arithmetic only: the flags (its fast-math caller's, stated) change nothing here
+@njit(cache=True, inline="always", fastmath=_FASTMATH)
 def _pcg_step(st):
     """state = state · multiplier + inc (mod 2^128); ``st`` starts [state_hi, state_lo, inc_hi,
     inc_lo]."""
@@ -340,7 +342,8 @@ def _pcg_step(st):
     st[1] = s_lo
 
 
-@njit(cache=True)
+# integer arithmetic only: the flags (its fast-math caller's, stated) change nothing here
+@njit(cache=True, fastmath=_FASTMATH)
 def _rng_state(entropy):
     """The state of ``np.random.default_rng(entropy)``'s PCG64, ``entropy`` given as the 32-bit
     words its SeedSequence reads (uint64 < 2^32): [state_hi, state_lo, inc_hi, inc_lo, has32,
@@ -394,7 +397,8 @@ def _rng_state(entropy):
     return st
 
 
-@njit(cache=True, inline="always")
+# integer arithmetic only: the flags (its fast-math caller's, stated) change nothing here
+@njit(cache=True, inline="always", fastmath=_FASTMATH)
 def _pcg_next32(st):
     """NumPy's PCG64 next_uint32: the low half of a fresh 64-bit draw, then its high half."""
     if st[4] != _U0:
@@ -410,7 +414,8 @@ def _pcg_next32(st):
     return out & _M32
 
 
-@njit(cache=True)
+# integer arithmetic only: the flags (its fast-math caller's, stated) change nothing here
+@njit(cache=True, fastmath=_FASTMATH)
 def _shuffle_into(order, st):
     """``order[:] = rng.permutation(order.size)`` for the generator state ``st`` (sizes below
     2^32, where ``random_interval`` draws 32-bit words)."""
@@ -734,7 +739,13 @@ def _softmax_rows(Z, lab, nb, C, inv, need_loss):
     return loss
 
 
-@njit(cache=True, nogil=True)
+# sgd_one_client is one function with its epoch loop in it (issue 39 item 5 allows a compiled
+# kernel a stated reason): numba compiles every compiled callee into its caller's module and
+# optimises the whole again there, so a separate epoch function was compiled twice on a
+# process's first run, alone and inside sgd_one_client (1-2 s of the first `fairagg run`,
+# validate/bench_cold_start.py). The fastmath flags are the epoch loop's; the setup and copy-out
+# around it have no sums for them to reorder.
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
     ``delta``. F_k(theta) and the training accuracy of theta are not computed here: the caller
@@ -748,7 +759,7 @@ def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     is scaled by 1/(M − f), or by 1/M (1/ε when ``pf_huber``) where M − f < ε (SPEC §6).
     Each step computes the batch's mean gradient (+ l2 · weights) in the padded scratch layout
     described above, then ``g ← scale · g + prox (w − θ)``, ``v ← mu v + g``, ``w ← w − lr v``
-    (``_sgd_epoch``).
+    (the epoch loop below).
     """
     epochs, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber = hyper
     dt = theta.dtype
@@ -765,123 +776,109 @@ def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     gp = np.zeros(dp, dtype=dt)
     nbmax = min(B, n)
     HP = max(_padded(H), 1)
+    # the batch's scratch: its rows, labels, logits (then dF/dz), pre-activations, hidden
+    # activations (zero pads) and dF/dh (then dF/da)
     Xb = np.zeros((nbmax, P), dtype=dt)
-    scratch = (
-        Xb,
-        np.empty(nbmax, dtype=np.int64),  # the batch's labels
-        np.empty((nbmax, C), dtype=dt),  # logits, then dF/dz
-        np.empty((nbmax, max(H, 1)), dtype=dt),  # pre-activations
-        np.zeros((nbmax, HP), dtype=dt),  # hidden activations (zero pads)
-        np.zeros((nbmax, HP), dtype=dt),  # dF/dh, then dF/da
-    )
-    st = _rng_state(entropy)
-    order = np.empty(n, dtype=np.int64)
-    for _ in range(epochs):
-        _shuffle_into(order, st)
-        _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch)
-    for q in range(theta.size):
-        delta[q] = theta[q] - wp[idx[q]]
-
-
-@njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def _sgd_epoch(wp, vp, gp, tp, X, y, lo, order, hyper, scratch):
-    """One epoch of ``sgd_one_client`` on the padded parameters ``wp`` (momentum ``vp``,
-    gradient ``gp``, θ ``tp``): the batches of ``order`` (row ``lo + order[i]`` of ``X``)."""
-    _, B, lr, mu, prox, H, C, act, l2, pf_m, pf_eps, pf_huber = hyper
-    Xb, lab, Z, A, Hh, dH = scratch
-    n = order.size
-    p = X.shape[1]
-    P = Xb.shape[1]
-    dp = wp.size
+    lab = np.empty(nbmax, dtype=np.int64)
+    Z = np.empty((nbmax, C), dtype=dt)
+    A = np.empty((nbmax, max(H, 1)), dtype=dt)
+    Hh = np.zeros((nbmax, HP), dtype=dt)
+    dH = np.zeros((nbmax, HP), dtype=dt)
+    # offsets in wp: W1 | b1 | W2 | b2 (logistic: W | b, with w2 = w_hi1 = 0)
     if H == 0:
-        w2, b2, w_hi1, HP = 0, C * P, 0, 0
+        w2, b2, w_hi1 = 0, C * P, 0
     else:
-        HP = Hh.shape[1]
         w2, b2, w_hi1 = H * P + H, H * P + H + C * HP, H * P
     need_loss = pf_m > 0.0
     # np.int64(0), not 0: a literal argument compiled _dense_block and _dense_grad a second time,
     # for Literal[int](0), in every cold process
     z0 = np.int64(0)
-    for s in range(0, n, B):
-        nb = min(s + B, n) - s
-        for i in range(nb):
-            r = lo + order[s + i]
-            xr = X[r]
-            xb = Xb[i]
-            for j in range(p):
-                xb[j] = xr[j]
-            lab[i] = y[r]
-        inv = 1.0 / nb
-        if H == 0:
-            _dense_block(wp, z0, b2, Xb, nb, Z, C)
-        else:
-            _dense_block(wp, z0, w_hi1, Xb, nb, A, H)
-            if act == ACT_TANH:  # the test outside the loops: each loop vectorises on its own
-                for i in range(nb):
-                    for k in range(H):
-                        Hh[i, k] = _tanh(np.float64(A[i, k]))
+    st = _rng_state(entropy)
+    order = np.empty(n, dtype=np.int64)
+    for _ in range(epochs):
+        _shuffle_into(order, st)  # this epoch's batches: the rows lo + order[s : s + B]
+        for s in range(0, n, B):
+            nb = min(s + B, n) - s
+            for i in range(nb):
+                r = lo + order[s + i]
+                xr = X[r]
+                xb = Xb[i]
+                for j in range(p):
+                    xb[j] = xr[j]
+                lab[i] = y[r]
+            inv = 1.0 / nb
+            if H == 0:
+                _dense_block(wp, z0, b2, Xb, nb, Z, C)
             else:
-                for i in range(nb):
-                    for k in range(H):
-                        Hh[i, k] = A[i, k] if A[i, k] > 0.0 else 0.0
-            _dense_block(wp, w2, b2, Hh, nb, Z, C)
-        f = _softmax_rows(Z, lab, nb, C, inv, need_loss)  # Z becomes dF/dz
-        if H == 0:
-            _dense_grad(gp, z0, b2, Z, Xb, nb, C)
-        else:
-            _hidden_grad(wp, w2, Z, dH, nb, C)  # dF/dh = dF/dz W2
-            _dense_grad(gp, w2, b2, Z, Hh, nb, C)
-            if act == ACT_TANH:
-                for i in range(nb):
-                    for k in range(H):
-                        dH[i, k] *= 1.0 - Hh[i, k] * Hh[i, k]
+                _dense_block(wp, z0, w_hi1, Xb, nb, A, H)
+                if act == ACT_TANH:  # the test outside the loops: each loop vectorises on its own
+                    for i in range(nb):
+                        for k in range(H):
+                            Hh[i, k] = _tanh(np.float64(A[i, k]))
+                else:
+                    for i in range(nb):
+                        for k in range(H):
+                            Hh[i, k] = A[i, k] if A[i, k] > 0.0 else 0.0
+                _dense_block(wp, w2, b2, Hh, nb, Z, C)
+            f = _softmax_rows(Z, lab, nb, C, inv, need_loss)  # Z becomes dF/dz
+            if H == 0:
+                _dense_grad(gp, z0, b2, Z, Xb, nb, C)
             else:
-                for i in range(nb):
-                    for k in range(H):
-                        dH[i, k] = 0.0 if A[i, k] <= 0.0 else dH[i, k]
-            _dense_grad(gp, z0, w_hi1, dH, Xb, nb, H)
-        if need_loss:
-            reg = 0.0
-            if l2 != 0.0:
+                _hidden_grad(wp, w2, Z, dH, nb, C)  # dF/dh = dF/dz W2
+                _dense_grad(gp, w2, b2, Z, Hh, nb, C)
+                if act == ACT_TANH:
+                    for i in range(nb):
+                        for k in range(H):
+                            dH[i, k] *= 1.0 - Hh[i, k] * Hh[i, k]
+                else:
+                    for i in range(nb):
+                        for k in range(H):
+                            dH[i, k] = 0.0 if A[i, k] <= 0.0 else dH[i, k]
+                _dense_grad(gp, z0, w_hi1, dH, Xb, nb, H)
+            if need_loss:
+                reg = 0.0
+                if l2 != 0.0:
+                    for q in range(w_hi1):
+                        reg += wp[q] * wp[q]
+                    for q in range(w2, b2):
+                        reg += wp[q] * wp[q]
+                f = f * inv + 0.5 * l2 * reg
+                gap = pf_m - f
+                if gap >= pf_eps:
+                    scale = 1.0 / gap
+                elif pf_huber:
+                    scale = 1.0 / pf_eps
+                else:
+                    scale = 1.0 / pf_m
+                if l2 != 0.0:
+                    for q in range(w_hi1):
+                        gp[q] = (gp[q] + l2 * wp[q]) * scale
+                    for q in range(w_hi1, w2):
+                        gp[q] *= scale
+                    for q in range(w2, b2):
+                        gp[q] = (gp[q] + l2 * wp[q]) * scale
+                    for q in range(b2, dp):
+                        gp[q] *= scale
+                else:
+                    for q in range(dp):
+                        gp[q] *= scale
+            elif l2 != 0.0:
                 for q in range(w_hi1):
-                    reg += wp[q] * wp[q]
+                    gp[q] += l2 * wp[q]
                 for q in range(w2, b2):
-                    reg += wp[q] * wp[q]
-            f = f * inv + 0.5 * l2 * reg
-            gap = pf_m - f
-            if gap >= pf_eps:
-                scale = 1.0 / gap
-            elif pf_huber:
-                scale = 1.0 / pf_eps
-            else:
-                scale = 1.0 / pf_m
-            if l2 != 0.0:
-                for q in range(w_hi1):
-                    gp[q] = (gp[q] + l2 * wp[q]) * scale
-                for q in range(w_hi1, w2):
-                    gp[q] *= scale
-                for q in range(w2, b2):
-                    gp[q] = (gp[q] + l2 * wp[q]) * scale
-                for q in range(b2, dp):
-                    gp[q] *= scale
+                    gp[q] += l2 * wp[q]
+            if prox != 0.0:
+                for q in range(dp):
+                    gp[q] += prox * (wp[q] - tp[q])
+            if mu != 0.0:
+                for q in range(dp):
+                    vp[q] = mu * vp[q] + gp[q]
+                    wp[q] -= lr * vp[q]
             else:
                 for q in range(dp):
-                    gp[q] *= scale
-        elif l2 != 0.0:
-            for q in range(w_hi1):
-                gp[q] += l2 * wp[q]
-            for q in range(w2, b2):
-                gp[q] += l2 * wp[q]
-        if prox != 0.0:
-            for q in range(dp):
-                gp[q] += prox * (wp[q] - tp[q])
-        if mu != 0.0:
-            for q in range(dp):
-                vp[q] = mu * vp[q] + gp[q]
-                wp[q] -= lr * vp[q]
-        else:
-            for q in range(dp):
-                wp[q] -= lr * gp[q]
+                    wp[q] -= lr * gp[q]
+    for q in range(theta.size):
+        delta[q] = theta[q] - wp[idx[q]]
 
 
 # --- one gradient per client (the SGD-type rules: q-FedSGD, AFL) -----------------------------

@@ -54,8 +54,10 @@ def _ftrl_system(outer, gs, cs, alpha, beta, paper):  # pragma: no cover - compi
     for i in range(K):
         for j in range(i):
             unequal += A[i, j] != A[j, i]
-    ok = unequal == 0 and all_finite(A) and all_finite(b)
-    return A, b, absmax(A), ok
+    # A's flat view: the scans' one signature (1-D), compiled once for A, b and the QP
+    flat = A.ravel()
+    ok = unequal == 0 and all_finite(flat) and all_finite(b)
+    return A, b, absmax(flat), ok
 
 
 # Up to this many clients a low-rank solve that ends off its KKT conditions is redone dense.

@@ -261,8 +261,12 @@ def _symmetrize(A):  # pragma: no cover - compiled
     for i in range(K):  # a branch-free count: this runs on every matrix the QP sees
         for j in range(i):
             unequal += A[i, j] != A[j, i]  # NaN != NaN: a NaN takes the full pass below
+    # The scans of A's flat view: the one signature (1-D) of their other calls (the QP's, the
+    # FTRL kernel's), so that a process compiles each once, not also for 2-D arrays.
+    flat = A.ravel()
+    amax = absmax(flat)
     if unequal == 0:
-        return A, 0.0, absmax(A), all_finite(A)
+        return A, 0.0, amax, all_finite(flat)
     finite = True
     S = np.empty((K, K))
     asym = 0.0
@@ -275,7 +279,7 @@ def _symmetrize(A):  # pragma: no cover - compiled
             S[i, j] = m
             S[j, i] = m
             asym = max(asym, abs(u - w))
-    return S, asym, absmax(A), finite
+    return S, asym, amax, finite
 
 
 def _qp_method(definite: bool):
