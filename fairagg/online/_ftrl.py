@@ -97,12 +97,7 @@ def _solve_low_rank(
     except SingularSystemError as exc:
         raise _ill_conditioned(*shown) from exc
     except IllConditionedQPError as exc:
-        a, bt = shown
-        raise ValueError(
-            f"alpha = {a!r} and beta = {bt!r} make the FTRL problem too ill-conditioned for "
-            "float64: A = αI + βΣggᵀ spans more than float64 resolves, or is negligible against "
-            "b = Σg − βΣg⟨g, p⟩; make alpha larger (or beta smaller)"
-        ) from exc
+        raise _too_ill_conditioned(*shown) from exc
 
 
 def _kkt_checked(
@@ -177,12 +172,7 @@ def _solve_ftrl(
     except SingularSystemError as exc:
         raise _ill_conditioned(*shown) from exc
     except IllConditionedQPError as exc:
-        a, bt = shown
-        raise ValueError(
-            f"alpha = {a!r} and beta = {bt!r} make the FTRL problem too ill-conditioned for "
-            "float64: A = αI + βΣggᵀ spans more than float64 resolves, or is negligible against "
-            "b = Σg − βΣg⟨g, p⟩; make alpha larger (or beta smaller)"
-        ) from exc
+        raise _too_ill_conditioned(*shown) from exc
 
 
 def quadratic_ftrl_step(
@@ -220,6 +210,14 @@ def _ill_conditioned(alpha: float, beta: float) -> ValueError:
     return ValueError(
         f"A = αI + βΣggᵀ is singular to working precision with alpha = {alpha!r} and "
         f"beta = {beta!r}: make beta / alpha smaller"
+    )
+
+
+def _too_ill_conditioned(alpha: float, beta: float) -> ValueError:
+    return ValueError(
+        f"alpha = {alpha!r} and beta = {beta!r} make the FTRL problem too ill-conditioned for "
+        "float64: A = αI + βΣggᵀ spans more than float64 resolves, or is negligible against "
+        "b = Σg − βΣg⟨g, p⟩; make alpha larger (or beta smaller)"
     )
 
 
