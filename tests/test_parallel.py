@@ -337,7 +337,9 @@ def test_fedfv_numba_runs_blas_on_one_thread_and_restores_it(monkeypatch):
     # that one thread inside the numba path is the rule's doing
     with threadpool_limits(limits=2, user_api="blas"):
         before = _blas_threads()
-        assert before and set(before) == {2}
+        # a BLAS built single-threaded (one that another package loads) stays at 1: what
+        # matters is one library at 2, which the numba path must bring to 1
+        assert 2 in before
         got = {b: fedfv.fedfv_direction(D, np.arange(5.0), backend=b) for b in ("numpy", "numba")}
         assert _blas_threads() == before
     assert seen["numba"] and set(seen["numba"]) == {1}
