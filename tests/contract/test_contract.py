@@ -122,6 +122,8 @@ def test_compiled_entries_in_a_child_interpreter():
     the child must exit 0 (a crash is a negative exit status, a broken contract exit 1)."""
     code = (
         "import sys\n"
+        "from tests.conftest import simulator_switch_interval\n"
+        "simulator_switch_interval()\n"
         "from tests.contract.entries import CONTRACT\n"
         "from tests.contract.driver import run_entry\n"
         "from tests.contract.test_contract import resolve\n"
