@@ -1,4 +1,4 @@
-"""Input validation shared by every public function (DESIGN.md, "Bad input").
+"""Input validation shared by every public function (the Errors guide).
 
 Public functions validate once at the boundary and raise ``TypeError`` (wrong kind of thing)
 or ``ValueError`` (right kind, wrong value) with a message that names the argument, what was

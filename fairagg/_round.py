@@ -1,6 +1,7 @@
 """One server round, as [`simulate`][fairagg.simulation.simulate] and
-[`FairaggStrategy`][fairagg.flower.FairaggStrategy] both run it (DESIGN.md, "The spine: one
-round"): the selected clients' results become a [`RoundReports`][fairagg.types.RoundReports],
+[`FairaggStrategy`][fairagg.flower.FairaggStrategy] both run it (the Layout guide, "The
+spine: one round"): the selected clients' results become a
+[`RoundReports`][fairagg.types.RoundReports],
 the rule steps, its parameters are checked finite, and only then are the rule's state and the
 clients' participation counts committed.
 

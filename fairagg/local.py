@@ -1,4 +1,5 @@
-"""Local training of the selected clients: Numba-jitted minibatch SGD (DESIGN.md, spine step 2).
+"""Local training of the selected clients: Numba-jitted minibatch SGD (the Layout guide, "The
+spine: one round", step 2).
 
 Each selected client k starts from the global parameters θ^t and runs ``epochs`` passes of
 minibatch SGD over its training rows:

@@ -1,5 +1,5 @@
-"""The round loop (DESIGN.md, "The spine: one round"): sample → local train → reports → rule →
-evaluate → history.
+"""The round loop (the Layout guide, "The spine: one round"): sample → local train → reports →
+rule → evaluate → history.
 
 The arguments are checked once, where they enter: the clients' training settings become one
 ``TrainingSettings`` (``fairagg._settings``) that every round reads as it is, and the rule's side

@@ -1,4 +1,4 @@
-"""The shapes every rule shares (DESIGN.md, "The spine: one round").
+"""The shapes every rule shares (the Layout guide, "The spine: one round").
 
 A rule is a pair of pure functions, in the optax ``init``/``update`` pattern:
 

@@ -133,11 +133,11 @@ def test_a_comparison_written_before_backend_resumes_on_numpy(tmp_path, capsys):
     argv = ["compare", "--rules", "fedavg", *SMALL[:-1], "--quiet", "--out", str(out)]
     argv[argv.index("--rounds") + 1] = "1"
     main(argv)
-    assert _stored_compare_args(out).backend == "auto"
+    assert _stored_compare_args(out)[0].backend == "auto"
     cfg = json.loads((out / "config.json").read_text())
     del cfg["backend"]  # as an older version wrote it
     (out / "config.json").write_text(json.dumps(cfg))
-    assert _stored_compare_args(out).backend == "numpy"
+    assert _stored_compare_args(out)[0].backend == "numpy"
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedfv"])

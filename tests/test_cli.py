@@ -298,6 +298,10 @@ def test_a_run_builds_its_rule_once(tmp_path, monkeypatch):
     argv = ["compare", "--rules", "fedavg,term", "--seeds", "0,1", *SMALL3]
     assert main([*argv, "--out", str(tmp_path / "cmp")]) == 0
     assert sorted(built) == ["fedavg", "fedavg", "term"]
+    built.clear()
+    # a resumed comparison checks config.json's settings once, as it reads them
+    assert main(["compare", "--resume", str(tmp_path / "cmp"), "--quiet"]) == 0
+    assert sorted(built) == ["fedavg", "fedavg", "term"]
 
 
 def test_a_resumed_run_says_its_time_is_that_of_its_new_rounds(tmp_path, capsys):

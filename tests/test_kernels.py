@@ -1,4 +1,5 @@
-"""Backends of the aggregation loops equal the NumPy reference (DESIGN.md, layer 5)."""
+"""Backends of the aggregation loops equal the NumPy reference (the Verification guide: every
+backend against the reference)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._settings import ExperimentSettings
 from ..report import _RESULTS, REPORT_FILES, _result_cell
 from ..types import Rule
 from ._config import _check_args, _experiment_rule_args, _json_object
@@ -64,9 +65,10 @@ def _remove_compare(out: Path) -> None:
 _NOT_COMPARE_SETTINGS = ("command", "out", "overwrite", "resume", "quiet")
 
 
-def _stored_compare_args(folder: Path) -> argparse.Namespace:
+def _stored_compare_args(folder: Path) -> tuple[argparse.Namespace, list[ExperimentSettings]]:
     """The settings of the comparison in ``folder``, read from its config.json and checked as
-    the command line checks them (each entry is given to the ``compare`` parser as its flag)."""
+    the command line checks them (each entry is given to the ``compare`` parser as its flag),
+    and the validated settings of its runs."""
     path = folder / "config.json"
     if not path.is_file():
         raise ValueError(f"--resume: {folder} holds no comparison (no config.json)")
@@ -94,19 +96,19 @@ def _stored_compare_args(folder: Path) -> argparse.Namespace:
         argv.append("--backend=numpy")
     stored = cmp_.parse_args(argv)
     try:
-        _check_args(stored)
+        return stored, _check_args(stored)
     except ValueError as exc:
         refuse(str(exc))
-    return stored
 
 
-def _resume_compare_args(args: argparse.Namespace, explicit: set[str]) -> None:
+def _resume_compare_args(args: argparse.Namespace, explicit: set[str]) -> list[ExperimentSettings]:
     """Set ``args`` to the settings of the comparison ``args.resume`` continues; a flag given
-    beside ``--resume`` must say what its config.json says."""
+    beside ``--resume`` must say what its config.json says. Returns the validated settings of its
+    runs (checked once, as config.json was read)."""
     folder: Path = args.resume
     if "overwrite" in explicit:
         raise ValueError("--overwrite and --resume: give one (--overwrite removes the runs)")
-    stored = _stored_compare_args(folder)
+    stored, checked = _stored_compare_args(folder)
     differ = []
     for key in sorted(explicit - {"resume", "quiet", "overwrite"}):
         flag = "--" + key.replace("_", "-")
@@ -133,6 +135,7 @@ def _resume_compare_args(args: argparse.Namespace, explicit: set[str]) -> None:
         if key not in _NOT_COMPARE_SETTINGS:
             setattr(args, key, value)
     args.out = folder
+    return checked
 
 
 def _continue_one(args, data, model, rule: Rule, k_per_round: int, seed: int, out: Path,
@@ -187,13 +190,14 @@ def _start(
     that one) and the notes to say before the runs (the hyper-parameters the command line
     sets)."""
     resume = getattr(args, "resume", None) is not None
-    if resume:
-        _resume_compare_args(args, set() if explicit is None else explicit)
     notes: list[str] = []
-    if not resume:  # a resumed comparison's config.json has them; said once the data is made
+    if resume:  # every setting is config.json's, checked as it was read
+        checked = _resume_compare_args(args, set() if explicit is None else explicit)
+    else:  # (a resumed comparison's config.json has these notes' settings)
         _experiment_rule_args(args, args.rules, say=lambda text, **_: notes.append(text))
+        checked = _check_args(args)
     rules: dict[str, Rule] = {}
-    for settings in _check_args(args):
+    for settings in checked:
         rules.setdefault(settings.rule, settings.built_rule)
     if resume:
         _check_out_path(args.out)

@@ -1,4 +1,4 @@
-"""Backends of the hot aggregation loops (DESIGN.md, "Backends").
+"""Backends of the hot aggregation loops (the Conventions guide, "Backends").
 
 The NumPy float64 code is the specification; other backends must equal it within the tolerance
 table. The API the rules call, each with ``backend=``:

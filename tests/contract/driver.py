@@ -14,7 +14,7 @@ argument at a time by each member of its bad families and requires either
 Anything else fails: another exception type, a warning (the suite turns warnings into errors), a
 non-finite result for finite input, NaN or infinity accepted, a changed input.
 
-The families (DESIGN.md, "Bad input"): NaN, +inf and -inf in an array; an empty array; one axis
+The families (the Errors guide): NaN, +inf and -inf in an array; an empty array; one axis
 more or fewer; one row more or fewer; int, bool, float32, complex, object and str dtypes; a
 Python list; the array times 2^-1000, 2^-530, 2^530 and 2^1000; None and a wrong type for every
 argument; for numbers NaN, ±inf, -1, 0, 2^±1000; for integers 1.5, -1, 0, 2^70; for strings an
