@@ -13,10 +13,6 @@ from fairagg.kernels import available_backends
 from tests.conftest import on_simulator
 from tests.scripts import load_script
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its benchmark run) is built once.
-pytestmark = pytest.mark.xdist_group("test_bench_aggregation")
-
 SIZES = {(3, 5000), (5, 700)}
 # The cuda rows: in numba's simulator (CI), or on the GPU when the tests run on one.
 ARGS = ["--cases", "3x5000,5x700", "--repeats", "1"] + (["--simulator"] if on_simulator() else [])

@@ -12,10 +12,6 @@ import pytest
 from fairagg.rules import RULES
 from tests.scripts import csv_rows, load_script
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its quick run) is built once.
-pytestmark = pytest.mark.xdist_group("test_bench_scaling")
-
 bench = load_script("bench_scaling")
 
 #: A rule of each kind of baseline: linear (and one whose clients report gradients), Gram-based

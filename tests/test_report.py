@@ -16,10 +16,6 @@ from fairagg.plots import plot_acf
 from fairagg.report import REPORT_FILES, write_report
 from tests.test_compare_resume import _count_rounds
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its runs) is built once.
-pytestmark = pytest.mark.xdist_group("test_report")
-
 SMALL = ["--clients", "6", "--rounds", "3", "--epochs", "1", "--model", "logistic", "--quiet",
          "--data", "synthetic:0.5,0.5", "--clients-per-round", "3"]  # fmt: skip
 

@@ -15,10 +15,6 @@ from fairagg.rules import make_rule
 from fairagg.simulation import simulate
 from tests.scripts import csv_rows, load_script
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its quick run) is built once.
-pytestmark = pytest.mark.xdist_group("test_validate_fedfa")
-
 FILES = (
     "runs.csv",
     "accuracies.csv",

@@ -10,10 +10,6 @@ import pytest
 
 from tests.scripts import csv_rows, load_script
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its quick run) is built once.
-pytestmark = pytest.mark.xdist_group("test_validate_fedfv")
-
 
 @pytest.fixture(scope="module")
 def script():

@@ -26,10 +26,6 @@ from fairagg.vectors import (
     write_vectors,
 )
 
-# One xdist worker runs this module (pyproject.toml's addopts: --dist loadgroup), so that its
-# module-scoped fixture (its generated vectors) is built once.
-pytestmark = pytest.mark.xdist_group("test_vectors")
-
 GOLDEN = Path(__file__).parent / "golden"
 COMMON_RULE_CASES = {"small", "medium", "ties", "zero_updates", "single_client", "extreme_losses"}
 
