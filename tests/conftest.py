@@ -81,7 +81,6 @@ def _flower_without_forced_collections(monkeypatch):
     with it) runs a full ``gc.collect()`` on every call: in a test process holding numba's and
     Hypothesis' objects that is about 85 ms, most of the Flower comparison tests' time. A
     collection changes no value, so the tests run Flower's code with that call made a no-op."""
-    import sys
     import types
 
     arrayrecord = sys.modules.get("flwr.app.message.arrayrecord")
