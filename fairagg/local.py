@@ -65,6 +65,7 @@ from ._checks import (
 )
 from .kernels._threads import run_tasks, threads_for
 from .models import FlatModel
+from .models._base import SegmentEvaluation
 from .models._kernels import gradient_one_client, sgd_one_client
 
 __all__ = [
@@ -299,21 +300,22 @@ def train_clients(
         float(model.l2),
         *pf,
     )
-    penalty = model._penalty(theta)
-
+    # F_k(θ^t) and the accuracy of θ^t: the model's evaluation of each client's rows (the same
+    # numbers as ``model.evaluate_clients(θ^t, X_k, y_k, [0, n_k])``), its dense half in the
+    # client's task, the rest for all clients at once afterwards
+    evaluation = SegmentEvaluation(model, theta, sizes)
     stream = _seed_words(seed, SHUFFLE_STREAM, round_index)
 
     def client(i: int) -> None:
         # the kernel draws the client's shuffles itself: client_shuffles' orders (tested equal)
-        lo, hi = los[i], his[i]
+        lo, hi = int(los[i]), int(his[i])
         entropy = np.array(stream + _seed_words(int(ids[i])), dtype=np.uint64)
         sgd_one_client(theta, X, y, lo, hi - lo, entropy, hyper, out[i])
-        # F_k(θ^t) and the accuracy of θ^t: the model's blocked evaluation of the client's rows
-        # (the same numbers as ``model.evaluate_clients(θ^t, X_k, y_k, [0, n_k])``)
-        losses[i], accs[i] = model._evaluate_one(theta, X[lo:hi], y[lo:hi], penalty)
+        evaluation.client(i, X, y, lo)
 
     work = 3 * epochs * int(sizes.sum()) * model._macs_per_row()  # forward and backward
     run_tasks(client, _largest_first(sizes), threads_for(work) if parallel else 1)
+    losses, accs = evaluation.finish(model._penalty(theta))
     return LocalResult(out, losses, accs, sizes)
 
 

@@ -359,6 +359,26 @@ class FlatModel:
         multiple of 4 (a row's logits are computed with the three rows beside it, in
         ``dense_rows``' groups of 4 counted from row 0, so its bits do not depend on the block
         size)."""
+        Z = np.empty((hi - lo, self.n_classes), dtype=p.dtype)
+        zy = np.empty(hi - lo, dtype=p.dtype)
+        self._shifted_logits(p, X, y, lo, hi, Z, zy, hit[lo:hi])
+        _row_losses(Z, zy, row_loss[lo:hi])
+
+    def _shifted_logits(
+        self,
+        p: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        lo: int,
+        hi: int,
+        Z: np.ndarray,
+        zy: np.ndarray,
+        hit: np.ndarray,
+    ) -> None:
+        """The first half of an evaluation of the rows ``lo:hi`` of ``X`` (the logits in
+        ``dense_rows``' groups of 4 counted from row ``lo``): their logits less each row's
+        maximum into ``Z`` (hi − lo, C), the label's entry of that into ``zy``, whether the
+        argmax is the label into ``hit``. ``_row_losses`` finishes the rows' losses."""
         H, act = self._dims()
         C = self.n_classes
         p_in = X.shape[1]
@@ -371,18 +391,10 @@ class FlatModel:
                 np.tanh(A, out=A)
             else:
                 np.maximum(A, 0.0, out=A)
-            Z = np.empty((hi - lo, C), dtype=p.dtype)
             _kernels.dense_rows(p, w2, b2, A, 0, hi - lo, Z)
         else:
-            Z = np.empty((hi - lo, C), dtype=p.dtype)
             _kernels.dense_rows(p, 0, b2, X, lo, hi, Z)
-        zy = np.empty(hi - lo, dtype=p.dtype)
-        _kernels.shift_rows(Z, y, lo, zy, hit[lo:hi])
-        np.exp(Z, out=Z)
-        s = np.empty(hi - lo, dtype=p.dtype)
-        _kernels.row_sums(Z, s)
-        np.log(s, out=s)
-        np.subtract(s, zy, out=row_loss[lo:hi], casting="unsafe")
+        _kernels.shift_rows(Z, y, lo, zy, hit)
 
     def _evaluate_one(
         self, p: np.ndarray, X: np.ndarray, y: np.ndarray, penalty: float
@@ -398,6 +410,51 @@ class FlatModel:
         first = np.zeros(1, dtype=np.int64)
         loss = np.add.reduceat(row_loss, first)[0] / N + penalty
         return float(loss), float(np.add.reduceat(hit, first)[0] / N)
+
+
+class SegmentEvaluation:
+    """``_evaluate_one`` of several clients whose rows lie apart, in two halves: each client's
+    ``_shifted_logits`` by ``client`` (on any thread; the rows of one client in one call), then
+    the exponentials, logarithms and means of them all at once by ``finish``, a few NumPy calls
+    in all rather than a dozen a client. Each client's numbers are ``_evaluate_one``'s, to the
+    bit (tests/test_local.py): its logits are grouped from its first row, every later operation
+    is elementwise or row by row, and its mean is ``np.add.reduceat`` over its own rows.
+
+    ``sizes``: the clients' row counts, in the order of ``client``'s index ``i``."""
+
+    def __init__(self, model: FlatModel, p: np.ndarray, sizes: np.ndarray) -> None:
+        self.model, self.p = model, p
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.starts = np.zeros(self.sizes.size, dtype=np.int64)
+        np.cumsum(self.sizes[:-1], out=self.starts[1:])
+        N = int(self.sizes.sum())
+        self.Z = np.empty((N, model.n_classes), dtype=p.dtype)
+        self.zy = np.empty(N, dtype=p.dtype)
+        self.hit = np.empty(N, dtype=np.int64)
+
+    def client(self, i: int, X: np.ndarray, y: np.ndarray, lo: int) -> None:
+        """The first half for client ``i``, whose rows are ``X[lo : lo + sizes[i]]``."""
+        a = int(self.starts[i])
+        b = a + int(self.sizes[i])
+        hi = lo + (b - a)
+        self.model._shifted_logits(self.p, X, y, lo, hi, self.Z[a:b], self.zy[a:b], self.hit[a:b])
+
+    def finish(self, penalty: float) -> tuple[np.ndarray, np.ndarray]:
+        """(losses, accuracies), shape (m,) each: ``_evaluate_one``'s of every client."""
+        row_loss = np.empty(self.zy.size, dtype=np.float64)
+        _row_losses(self.Z, self.zy, row_loss)
+        losses = np.add.reduceat(row_loss, self.starts) / self.sizes + penalty
+        return losses, np.add.reduceat(self.hit, self.starts) / self.sizes
+
+
+def _row_losses(Z: np.ndarray, zy: np.ndarray, row_loss: np.ndarray) -> None:
+    """The second half of an evaluation: each row's cross-entropy log Σ_c e^{Z[i, c]} − zy[i]
+    from ``_shifted_logits``' shifted logits (``Z`` is overwritten) into ``row_loss``."""
+    np.exp(Z, out=Z)
+    s = np.empty(Z.shape[0], dtype=Z.dtype)
+    _kernels.row_sums(Z, s)
+    np.log(s, out=s)
+    np.subtract(s, zy, out=row_loss, casting="unsafe")
 
 
 #: The NumPy methods a built-in model's compiled kernel reproduces: a subclass that redefines one
