@@ -396,29 +396,16 @@ class FlatModel:
             _kernels.dense_rows(p, 0, b2, X, lo, hi, Z)
         _kernels.shift_rows(Z, y, lo, zy, hit)
 
-    def _evaluate_one(
-        self, p: np.ndarray, X: np.ndarray, y: np.ndarray, penalty: float
-    ) -> tuple[float, float]:
-        """``_evaluate_rows`` of one client owning all of ``X`` (checked input, ``penalty``
-        from ``_penalty``), on the calling thread: the same numbers, without its set-up."""
-        N = X.shape[0]
-        row_loss = np.empty(N, dtype=np.float64)
-        hit = np.empty(N, dtype=np.int64)
-        size = self._block_rows(N)
-        for lo in range(0, N, size):
-            self._evaluate_block(p, X, y, lo, min(lo + size, N), row_loss, hit)
-        first = np.zeros(1, dtype=np.int64)
-        loss = np.add.reduceat(row_loss, first)[0] / N + penalty
-        return float(loss), float(np.add.reduceat(hit, first)[0] / N)
-
 
 class SegmentEvaluation:
-    """``_evaluate_one`` of several clients whose rows lie apart, in two halves: each client's
-    ``_shifted_logits`` by ``client`` (on any thread; the rows of one client in one call), then
-    the exponentials, logarithms and means of them all at once by ``finish``, a few NumPy calls
-    in all rather than a dozen a client. Each client's numbers are ``_evaluate_one``'s, to the
-    bit (tests/test_local.py): its logits are grouped from its first row, every later operation
-    is elementwise or row by row, and its mean is ``np.add.reduceat`` over its own rows.
+    """The evaluation of several clients whose rows lie apart (``train_clients``' reports of
+    F_k(θ^t) and the accuracy of θ^t), in two halves: each client's ``_shifted_logits`` by
+    ``client`` (on any thread; the rows of one client in one call), then the exponentials,
+    logarithms and means of them all at once by ``finish``, a few NumPy calls in all rather than
+    a dozen a client. Each client's numbers are those of ``evaluate_clients`` on its rows alone,
+    to the bit (tests/test_local.py): its logits are grouped from its first row as there, every
+    later operation is elementwise or row by row, and its mean is ``np.add.reduceat`` over its
+    own rows.
 
     ``sizes``: the clients' row counts, in the order of ``client``'s index ``i``."""
 
@@ -440,7 +427,8 @@ class SegmentEvaluation:
         self.model._shifted_logits(self.p, X, y, lo, hi, self.Z[a:b], self.zy[a:b], self.hit[a:b])
 
     def finish(self, penalty: float) -> tuple[np.ndarray, np.ndarray]:
-        """(losses, accuracies), shape (m,) each: ``_evaluate_one``'s of every client."""
+        """(losses, accuracies), shape (m,) each, of every client; ``penalty`` from
+        ``_penalty``."""
         row_loss = np.empty(self.zy.size, dtype=np.float64)
         _row_losses(self.Z, self.zy, row_loss)
         losses = np.add.reduceat(row_loss, self.starts) / self.sizes + penalty

@@ -749,7 +749,7 @@ def _softmax_rows(Z, lab, nb, C, inv, need_loss):
 def sgd_one_client(theta, X, y, lo, n, entropy, hyper, delta):
     """Local SGD of one client from ``theta`` (see ``fairagg.local``); writes theta - w into
     ``delta``. F_k(theta) and the training accuracy of theta are not computed here: the caller
-    evaluates them with the blocked evaluation ``FlatModel._evaluate_one``.
+    evaluates them with the model's blocked evaluation (``models._base.SegmentEvaluation``).
 
     The client owns the ``n`` rows ``lo : lo + n`` of ``X``; each epoch visits them in the order
     of a fresh ``rng.permutation(n)`` of ``rng = np.random.default_rng(entropy)`` (``entropy``
