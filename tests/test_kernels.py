@@ -396,6 +396,39 @@ def test_numba_gram_and_copy_is_gram_and_an_exact_copy_over_many_blocks(wide, dt
         cpu._gram_and_copy(D, out[:, 1:])
 
 
+@pytest.mark.parametrize("m", [13, 38])
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numba_gram_and_copy_at_every_alignment(m, wide, dtype, monkeypatch):
+    """The Gram kernel reads each column block from D (13 rows) or from an aligned copy of it
+    (38 rows, from ``_STAGE_MIN_M`` on) and writes the copy of D by whole 64-byte lines between
+    single entries at the ends of each row: with D and ``out`` starting at every entry offset of
+    a 64-byte line, G has the same bits, and ``out`` gets every entry of D and nothing outside
+    its rows (panels, tiles and single rows; d = 1541 over blocks of both widths and a partial
+    last one)."""
+    from fairagg.kernels import cpu
+
+    monkeypatch.setattr(cpu, "_GRAM_WIDE", wide)
+    assert (m >= cpu._STAGE_MIN_M) == (m == 38)
+    d = 1541
+    per_line = 64 // np.dtype(dtype).itemsize
+    rng = np.random.default_rng(11)
+    ref = rng.standard_normal((m, d)).astype(dtype)
+    want = cpu.gram(ref)
+    for shift in range(per_line):
+        raw = np.empty(m * d + 2 * per_line, dtype)
+        start = (-raw.ctypes.data % 64) // raw.itemsize + shift
+        D = raw[start : start + m * d].reshape(m, d)
+        D[...] = ref
+        np.testing.assert_array_equal(cpu.gram(D), want)
+        sink = np.full(m * d + 2 * per_line, np.nan, dtype)
+        first = (-sink.ctypes.data % 64) // sink.itemsize + (shift * 3) % per_line
+        out = sink[first : first + m * d].reshape(m, d)
+        np.testing.assert_array_equal(cpu._gram_and_copy(D, out), want)
+        np.testing.assert_array_equal(out, ref)
+        assert np.isnan(sink[:first]).all() and np.isnan(sink[first + m * d :]).all()
+
+
 def test_numba_gram_kernel_asks_for_512_bit_vectors():
     """The Gram kernel's compiled function carries LLVM's "prefer-vector-width"="512" (on
     AVX-512 hosts its 6 × 4 tiles then run on 512-bit registers, twice the 256-bit default's

@@ -50,11 +50,14 @@ rule's initial state), on every thread the process has (``--threads`` does not p
 the roofline on those threads: the same flops at the peak GEMM rate measured with BLAS's default
 threads, and 3·m·d·8 bytes at the read probe's rate, since the step reads the updates for DDᵀ and
 for W @ D and, with τ = 1, writes a copy of them into the rule's state for the next round's
-window (on numba the Gram kernel writes it as it reads the updates, into new memory, as every step's
-state is). The shares ``DDᵀ+copy`` (that pass alone: ``kernels.cpu._gram_and_copy``
-into an array written before, or the Gram matrix then a copy above ``GRAM_MAX_M``), ``final``
-(W @ D alone, on the rule's backend) and ``rest`` say what the step's time is made of. Written
-to ``DIR/bench_fedfv_default.{csv,json}``.
+window (on numba the Gram kernel writes it as it reads the updates). The copy goes into memory
+that the rule reuses once nothing reaches it any more (``fairagg.rules.fedfv._BufferPool``): the
+repeats step one state and drop each result, as a run drops each state once it has stepped it,
+so from the second step on the copy is written into memory an earlier step wrote, not into
+memory the system must map and zero first. The shares ``DDᵀ+copy`` (that pass alone:
+``kernels.cpu._gram_and_copy`` into an array written before, or the Gram matrix then a copy
+above ``GRAM_MAX_M``), ``final`` (W @ D alone, on the rule's backend) and ``rest`` say what the
+step's time is made of. Written to ``DIR/bench_fedfv_default.{csv,json}``.
 
 Run: ``python validate/bench_fedfv.py [--quick] [--out DIR] [--threads N] [--repeats R]
 [--cases 10x100000,100x1000000] [--load L]``; writes ``DIR/bench_fedfv.{csv,json}`` (default
