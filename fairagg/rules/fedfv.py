@@ -701,6 +701,8 @@ class _Lease:
     an array whose base is not an ndarray. ``buffer`` is the pooled memory."""
 
     __slots__ = ("__array_interface__", "__weakref__", "buffer")
+    __array_interface__: dict[str, Any]
+    buffer: np.ndarray
 
 
 class _BufferPool:
