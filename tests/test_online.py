@@ -1614,7 +1614,8 @@ def test_quadratic_ftrl_compiled_system_is_quadratic_ftrl_problem():
     for variant in ("paper", "official"):
         for alpha, beta in ((0.3, 1.7), (2.5, 0.0), (1e-3, 1e4)):
             A_ref, b_ref = quadratic_ftrl_problem(state, alpha, beta, variant)
-            A, b, amax, ok = _ftrl._ftrl_system(*sums, alpha, beta, variant == "paper")
+            flat, b, amax, ok = _ftrl._ftrl_system(*sums, alpha, beta, variant == "paper")
+            A = flat.reshape(b.size, b.size)  # A row by row (a flat array: one scan signature)
             np.testing.assert_array_equal(A, A_ref)
             np.testing.assert_array_equal(b, b_ref)
             assert amax == np.abs(A_ref).max() and ok

@@ -2179,3 +2179,93 @@ def test_public_names_are_fairagg_simplex_names():
     # compared and stored (a checkpoint names QPFactor by module and name) as fairagg.simplex's.
     for name in simplex_mod.__all__:
         assert getattr(simplex_mod, name).__module__ == "fairagg.simplex", name
+
+
+# A process that loads the QP's compiled code from numba's cache computes what the process that
+# compiled it did. Numba links a copy of each callee into its caller's machine code, re-optimised
+# there; with reassociation allowed (the free-set updates') that copy may sum in another order,
+# and a call runs whichever of the two was loaded first. A compiling process loads a callee's own
+# code first; a loading one loaded the caller's copies first, and AAgFF-S's decisions moved in
+# the last bits from the second run after install on (K = 30: every round after the first).
+_CACHE_CHILD = """
+import hashlib
+import numpy as np
+from fairagg.online import aaggff_s_defaults, quadratic_ftrl_init, quadratic_ftrl_round
+h = hashlib.sha256()
+K = 30
+_, alpha, beta = aaggff_s_defaults(K)
+rng = np.random.default_rng(K)
+state, p, factor = quadratic_ftrl_init(K), np.full(K, 1.0 / K), None
+for t in range(8):
+    g = rng.standard_normal(K) * (1 + t % 4)
+    state, res, factor = quadratic_ftrl_round(state, g, p, alpha, beta, "paper", factor)
+    p = res.x
+    h.update(p.tobytes())
+    h.update(np.float64(res.multiplier).tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_a_process_that_loads_the_cache_computes_what_the_compiling_one_did(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    digests = []
+    for _ in ("compiles", "loads"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _CACHE_CHILD],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        digests.append(proc.stdout.strip())
+    assert any(tmp_path.rglob("*.nbi"))  # the second process had a cache to load
+    assert digests[0] == digests[1]
+
+
+def test_the_kkt_residual_is_the_compiled_formula_bit_for_bit():
+    # _kkt_residual forms Ax with SciPy's dgemv (the BLAS routine numba's A @ x calls, called the
+    # same way) and the rest with loops instead of a compiled A @ x + b, x.sum() and max(...): the
+    # same bits as that formula compiled, so the solver's decisions on the residual keep theirs.
+    import numba
+
+    from fairagg.simplex import _active_set
+
+    @numba.njit
+    def formula(A, b, x, state, nu, lo, hi, total, gscale):
+        K = b.shape[0]
+        g = A @ x + b
+        scale = max(gscale, abs(nu), 1e-300)
+        r = 0.0
+        feas = abs(x.sum() - total) / total
+        for i in range(K):
+            if state[i] == 0:
+                r = max(r, abs(g[i] - nu) / scale)
+            elif state[i] == 1:
+                r = max(r, (nu - g[i]) / scale)
+            else:
+                r = max(r, (g[i] - nu) / scale)
+            feas = max(feas, (lo[i] - x[i]) / total, (x[i] - hi[i]) / total)
+        return max(r, feas)
+
+    rng = np.random.default_rng(7)
+    for K in (1, 2, 7, 64, 300, 1000):
+        for _ in range(3):
+            A = rng.standard_normal((K, K)) * 10.0 ** rng.uniform(-3, 3, (K, 1))
+            A = A @ A.T
+            b = rng.standard_normal(K)
+            x = np.abs(rng.standard_normal(K))
+            x /= x.sum()
+            state = rng.integers(0, 3, K)
+            lo, hi = np.zeros(K), np.full(K, 0.5 + rng.uniform())
+            args = (A, b, x, state, float(rng.standard_normal()), lo, hi, 1.0, float(K))
+            got = _active_set._kkt_residual(*args)
+            assert np.float64(got).tobytes() == np.float64(formula(*args)).tobytes(), K

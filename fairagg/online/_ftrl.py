@@ -38,26 +38,32 @@ from ._sums import (
 
 @numba.njit(cache=True)
 def _ftrl_system(outer, gs, cs, alpha, beta, paper):  # pragma: no cover - compiled
-    """[`quadratic_ftrl_problem`][fairagg.online.quadratic_ftrl_problem]'s A and b, the same IEEE
-    operations (the same bits), with what the QP's input check would find: max |A| and whether A is
-    exactly symmetric and A and b are finite (``ok``)."""
+    """[`quadratic_ftrl_problem`][fairagg.online.quadratic_ftrl_problem]'s A (row by row, as a
+    flat array of K² entries: reshaped by the caller) and b, the same IEEE operations (the same
+    bits), with what the QP's input check would find: max |A| and whether A is exactly symmetric
+    and A and b are finite (``ok``).
+
+    Loops only: an array expression (``gs − β cs``), ``.copy()`` and ``.ravel()`` would each
+    compile functions of their own on a process's first round (0.1-0.3 s each); the flat A is
+    the one signature (1-D) of the scans' other calls.
+    """
     K = gs.shape[0]
-    A = np.empty((K, K))
+    flat = np.empty(K * K)
     for i in range(K):
         for j in range(K):
-            A[i, j] = beta * outer[i, j]
+            flat[i * K + j] = beta * outer[i, j]
     diag = alpha if paper else alpha * (1.0 + beta)
     for i in range(K):
-        A[i, i] += diag
-    b = gs - beta * cs if paper else gs.copy()
+        flat[i * K + i] += diag
+    b = np.empty(K)
+    for i in range(K):
+        b[i] = gs[i] - beta * cs[i] if paper else gs[i]
     unequal = 0
     for i in range(K):
         for j in range(i):
-            unequal += A[i, j] != A[j, i]
-    # A's flat view: the scans' one signature (1-D), compiled once for A, b and the QP
-    flat = A.ravel()
+            unequal += flat[i * K + j] != flat[j * K + i]
     ok = unequal == 0 and all_finite(flat) and all_finite(b)
-    return A, b, absmax(flat), ok
+    return flat, b, absmax(flat), ok
 
 
 # Up to this many clients a low-rank solve that ends off its KKT conditions is redone dense.
@@ -142,8 +148,9 @@ def _solve_ftrl(
     messages. Both give the same bits."""
     arrays = _state_arrays(state)
     if arrays is not None:
-        A, b, amax, ok = _ftrl_system(*arrays, alpha, beta, variant == "paper")
-        overflow = not ok and not (all_finite(A) and all_finite(b))
+        flat, b, amax, ok = _ftrl_system(*arrays, alpha, beta, variant == "paper")
+        A = flat.reshape(b.size, b.size)
+        overflow = not ok and not (all_finite(flat) and all_finite(b))
         if overflow and all(np.isfinite(v).all() for v in arrays):  # finite sums, as ours are
             raise _overflow(*shown)
     try:

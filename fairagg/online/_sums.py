@@ -141,17 +141,19 @@ def _state_arrays(state: QuadraticFTRL) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 @numba.njit(cache=True)
 def _ftrl_sums(outer, gs, cs, g, gp):  # pragma: no cover - compiled
-    """The sums after a round, Σggᵀ + ggᵀ, Σg + g and Σg⟨g, p⟩ + g·gp (gp = ⟨g, p⟩), entry by
-    entry the IEEE operations of the NumPy code (np.outer, then +=; no fast-math, so no FMA):
-    the same bits. Also returns whether all three are finite."""
+    """The sums after a round, Σggᵀ + ggᵀ (row by row, as a flat array of K² entries: reshaped
+    by the caller), Σg + g and Σg⟨g, p⟩ + g·gp (gp = ⟨g, p⟩), entry by entry the IEEE operations
+    of the NumPy code (np.outer, then +=; no fast-math, so no FMA): the same bits. Also returns
+    whether all three are finite. Flat, so that ``all_finite`` is compiled for 1-D arrays only
+    (each signature is one more compilation on a process's first round)."""
     K = g.shape[0]
-    O2 = np.empty((K, K))
+    O2 = np.empty(K * K)
     gs2 = np.empty(K)
     cs2 = np.empty(K)
     for i in range(K):
         gi = g[i]
         for j in range(K):
-            O2[i, j] = gi * g[j] + outer[i, j]
+            O2[i * K + j] = gi * g[j] + outer[i, j]
         gs2[i] = gs[i] + gi
         cs2[i] = cs[i] + gi * gp
     return O2, gs2, cs2, all_finite(O2) and all_finite(gs2) and all_finite(cs2)
@@ -189,8 +191,8 @@ def _add_round(
         return _add_round_low_rank(state, g, p)
     arrays = _state_arrays(state)
     if arrays is not None and arrays[1].size == g.size:
-        outer, gs, cs, finite = _ftrl_sums(*arrays, g, float(g @ p))
-        new = QuadraticFTRL(gs, outer, cs, state.rounds + 1)
+        flat, gs, cs, finite = _ftrl_sums(*arrays, g, float(g @ p))
+        new = QuadraticFTRL(gs, flat.reshape(gs.size, gs.size), cs, state.rounds + 1)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             outer = np.outer(g, g)

@@ -1,7 +1,8 @@
-"""The compiled simplex QP: the primal active-set method on a box-simplex (Nocedal & Wright,
-Alg. 16.3) and ``_qp``, its start (cold, warm or given), loop and KKT residual in one compiled call,
-each built twice from one definition (a positive definite A's Cholesky variant and a semidefinite
-A's bordered-LU one) so that a run compiles only the variant it uses.
+"""The simplex QP's active-set method on a box-simplex (Nocedal & Wright, Alg. 16.3), compiled,
+built twice from one definition (a positive definite A's Cholesky variant and a semidefinite A's
+bordered-LU one) so that a run compiles only the variant it uses, and ``_qp``, the Python function
+that runs one solve: its start (cold, warm or given), the method and the KKT residual, each a
+compiled call of its own (see ``_qp`` for why not one).
 
 Working-set states: ``_FREE`` (0), ``_LOWER`` (1, held at the lower bound), ``_UPPER`` (2).
 """
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from scipy.linalg.blas import dgemv as _dgemv
 
 from ._free_set import _REASSOC, _bordered_kkt, _chol_append, _chol_delete, _chol_free, _chol_kkt
 from ._projection import _box_project
-from ._scan import absmax, all_finite
+from ._scan import absmax
 
 _FREE, _LOWER, _UPPER = 0, 1, 2
 
@@ -25,7 +27,7 @@ _REFACTOR_EVERY = 64
 
 def _qualified(name):
     """Name a compiled function's variant (its events, its cache file): ``_active_set_method``
-    and ``_qp_method`` build two functions each from one definition."""
+    builds two functions from one definition."""
 
     def rename(fn):
         fn.__name__ = fn.__qualname__ = name
@@ -200,10 +202,36 @@ _active_set_lu = _active_set_method(False)
 
 
 @numba.njit(cache=True)
-def _start_state(x, lo, hi, A, b):  # pragma: no cover - compiled
-    """Working set of a feasible start: coordinates at a bound are held; at least one is free."""
+def _start_state(x, lo, hi, A, b, total, snap, amax):  # pragma: no cover - compiled
+    """Working set of a feasible start (coordinates at a bound are held; at least one is free),
+    the active-set method's tolerance 4Kε·max(gscale, 1e-300) with gscale = max|A| max|x| +
+    max|b| (``amax`` = max|A|) and max|b|: (state, tol, bmax).
+
+    ``snap`` (a warm start): first put the entries of x within round-off of a bound on it, in
+    place, their mass moved to the largest free entry (Σx0 off by an ulp lifts zeros to ~1e-16;
+    otherwise each would start free and be dropped one iteration at a time). One function with
+    the working set, not one of its own: each compiled function costs a process's first solve
+    0.1-0.3 s.
+    """
     K = x.shape[0]
-    state = np.zeros(K, dtype=np.int64)
+    if snap:
+        eps_g = 1e-12 * total
+        moved = 0.0
+        top = -1
+        for i in range(K):
+            if lo[i] < x[i] <= lo[i] + eps_g:
+                moved += x[i] - lo[i]
+                x[i] = lo[i]
+            elif hi[i] - eps_g <= x[i] < hi[i]:
+                moved += x[i] - hi[i]
+                x[i] = hi[i]
+            elif lo[i] < x[i] < hi[i] and (top < 0 or x[i] > x[top]):
+                top = i
+        if top >= 0:  # min(max(x_top + moved, lo), hi) as numba's builtins select, without them
+            v = x[top] + moved
+            v = lo[top] if lo[top] > v else v
+            x[top] = hi[top] if hi[top] < v else v
+    state = np.empty(K, dtype=np.int64)  # every entry is set below (np.zeros: one more compile)
     nfree = 0
     for i in range(K):
         if x[i] <= lo[i]:
@@ -211,6 +239,7 @@ def _start_state(x, lo, hi, A, b):  # pragma: no cover - compiled
         elif x[i] >= hi[i]:
             state[i] = 2
         else:
+            state[i] = 0
             nfree += 1
     if nfree == 0:
         # a vertex of the box: free the movable coordinate with the smallest gradient
@@ -224,155 +253,181 @@ def _start_state(x, lo, hi, A, b):  # pragma: no cover - compiled
                 if g < gbest or best < 0 or (lo[best] == hi[best] and lo[i] < hi[i]):
                     best, gbest = i, g
         state[best] = 0
-    return state
+    bmax = absmax(b)
+    gscale = amax * absmax(x) + bmax
+    gscale = 1e-300 if 1e-300 > gscale else gscale  # max(gscale, 1e-300), numba's select
+    return state, 4.0 * K * 2.220446049250313e-16 * gscale, bmax
 
 
-@numba.njit(cache=True)
-def _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale):  # pragma: no cover - compiled
+def _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale):
     """Largest KKT violation, relative to the scale of the gradient (and of ``total``).
 
     ``gscale`` = max|A| max|x| + max|b|, the scale of the terms of g = Ax + b (not of g itself,
-    which is round-off at a min-norm point 0).
+    which is round-off at a min-norm point 0). A C-contiguous.
+
+    Ax is BLAS's dgemv from SciPy, called as numba's ``A @ x`` calls it (the same routine of the
+    same library, on A's buffer as the Fortran-ordered Aᵀ, transposed): the same bits, without
+    compiling numba's matrix product (0.3-0.5 s of a process's first solve). The rest is
+    ``_kkt_residual_of``.
     """
-    K = b.shape[0]
-    g = A @ x + b
-    scale = max(gscale, abs(nu), 1e-300)
-    r = 0.0
-    feas = abs(x.sum() - total) / total
-    for i in range(K):
-        if state[i] == 0:
-            r = max(r, abs(g[i] - nu) / scale)
-        elif state[i] == 1:
-            r = max(r, (nu - g[i]) / scale)
-        else:
-            r = max(r, (g[i] - nu) / scale)
-        feas = max(feas, (lo[i] - x[i]) / total, (x[i] - hi[i]) / total)
-    return max(r, feas)
+    Ax = _dgemv(1.0, A.T, x, trans=1)
+    return _kkt_residual_of(Ax, b, x, state, nu, lo, hi, total, gscale)
 
 
 @numba.njit(cache=True)
-def _symmetrize(A):  # pragma: no cover - compiled
-    """(A + Aᵀ)/2, max |A − Aᵀ|, max |A| and whether A is finite, in one compiled call.
+def _kkt_residual_of(Ax, b, x, state, nu, lo, hi, total, gscale):  # pragma: no cover - compiled
+    """``_kkt_residual`` given Ax: g = Ax + b.
 
-    An exactly symmetric A (the usual case) is returned as it is, not copied.
+    Written with loops and comparisons (``v if v > r else r`` is numba's ``max(r, v)``, the
+    same select): ``x.sum()``, ``Ax + b`` as an array expression and the builtin ``max`` would
+    each compile functions of their own on a process's first solve.
     """
-    K = A.shape[0]
-    unequal = 0
-    for i in range(K):  # a branch-free count: this runs on every matrix the QP sees
-        for j in range(i):
-            unequal += A[i, j] != A[j, i]  # NaN != NaN: a NaN takes the full pass below
-    # The scans of A's flat view: the one signature (1-D) of their other calls (the QP's, the
-    # FTRL kernel's), so that a process compiles each once, not also for 2-D arrays.
-    flat = A.ravel()
-    amax = absmax(flat)
-    if unequal == 0:
-        return A, 0.0, amax, all_finite(flat)
-    finite = True
-    S = np.empty((K, K))
-    asym = 0.0
+    K = b.shape[0]
+    scale = gscale
+    v = abs(nu)
+    scale = v if v > scale else scale
+    scale = 1e-300 if 1e-300 > scale else scale
+    r = 0.0
+    s = 0.0
     for i in range(K):
-        for j in range(i + 1):
-            u = A[i, j]
-            w = A[j, i]
-            finite = finite and abs(u) < np.inf and abs(w) < np.inf
-            m = 0.5 * (u + w)
-            S[i, j] = m
-            S[j, i] = m
-            asym = max(asym, abs(u - w))
-    return S, asym, amax, finite
-
-
-def _qp_method(definite: bool):
-    """``_qp`` for a positive definite A (``definite``) or a semidefinite one: each compiles
-    only its own active-set variant (see ``_active_set_method``)."""
-
-    @numba.njit(cache=True)
-    @_qualified("_qp_chol" if definite else "_qp_lu")
-    def _qp(  # pragma: no cover - compiled
-        A, b, amax, lo, hi, total, x0, warm, check, max_iter, L, free, nf0, age0
-    ):
-        """Start (cold, warm or given), active-set loop and KKT residual in one compiled call.
-
-        ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0``
-        and start there, 2 ``x0`` is already feasible (the only start of the semidefinite
-        variant, whose other branches are not compiled). ``check``: prove A positive definite on
-        a warm start (a cold start always does). ``L``, ``free``, ``nf0``, ``age0``: the factor
-        buffers of the active-set method (a given factor is only used on a warm start). Returns
-        (x, state, ν, iterations, status, kkt_residual, nf, age); status 3 means A is not
-        positive definite.
-        """
-        K = b.shape[0]
-        fail = (x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf, -1, 0)
-        if definite and warm == 1:
-            if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
-                return fail
-            # a start already in the box-simplex (the previous round's decision) is kept as it is
-            inside = True
-            s0 = 0.0
-            for i in range(K):
-                inside = inside and lo[i] <= x0[i] <= hi[i]
-                s0 += x0[i]
-            if inside and abs(s0 - total) <= 4.0 * K * 2.220446049250313e-16 * total:
-                x = x0.copy()
-            else:
-                x = _box_project(x0, lo, hi, total)
-            # Entries within round-off of a bound (Σx0 off by an ulp lifts zeros to ~1e-16) are
-            # put on the bound and held, their mass moved to the largest free entry; otherwise
-            # each would start free and be dropped one iteration at a time.
-            eps_g = 1e-12 * total
-            moved = 0.0
-            top = -1
-            for i in range(K):
-                if lo[i] < x[i] <= lo[i] + eps_g:
-                    moved += x[i] - lo[i]
-                    x[i] = lo[i]
-                elif hi[i] - eps_g <= x[i] < hi[i]:
-                    moved += x[i] - hi[i]
-                    x[i] = hi[i]
-                elif lo[i] < x[i] < hi[i] and (top < 0 or x[i] > x[top]):
-                    top = i
-            if top >= 0:
-                x[top] = min(max(x[top] + moved, lo[top]), hi[top])
-            state = _start_state(x, lo, hi, A, b)
-        elif definite and warm == 0:
-            # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
-            # whole of A is the positive-definiteness check), projected onto the box-simplex
-            for i in range(K):  # (a slice assignment compiles a shape check with its message)
-                free[i] = i
-            if not _chol_free(A, free, K, L):
-                return fail
-            sol, nu = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
-            x = _box_project(sol, lo, hi, total)
-            state = _start_state(x, lo, hi, A, b)
-            nf0 = -1
-        else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
-            x = x0.copy()
-            state = _start_state(x, lo, hi, A, b)
-        bmax = absmax(b)
-        gscale = amax * absmax(x) + bmax
-        tol = 4.0 * K * 2.220446049250313e-16 * max(gscale, 1e-300)
-        if definite:
-            x, state, nu, its, status, nf, age = _active_set_chol(
-                A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
-            )
+        s += x[i]
+    feas = abs(s - total) / total
+    for i in range(K):
+        g = Ax[i] + b[i]
+        if state[i] == 0:
+            v = abs(g - nu) / scale
+        elif state[i] == 1:
+            v = (nu - g) / scale
         else:
-            x, state, nu, its, status, nf, age = _active_set_lu(
-                A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
-            )
-        gscale = amax * absmax(x) + bmax
-        res = _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
-        return x, state, nu, its, status, res, nf, age
+            v = (g - nu) / scale
+        r = v if v > r else r
+        v = (lo[i] - x[i]) / total
+        feas = v if v > feas else feas
+        v = (x[i] - hi[i]) / total
+        feas = v if v > feas else feas
+    return feas if feas > r else r
 
-    return _qp
+
+def _symmetrize(A):
+    """(A + Aᵀ)/2, max |A − Aᵀ|, max |A| and whether A is finite (A C-contiguous).
+
+    An exactly symmetric A (the usual case) is returned as it is, not copied. NumPy, not
+    compiled: the same values (each entry of (A + Aᵀ)/2 is the one IEEE sum and halving either
+    way round); 1.8-2.1 ms at K = 1000 against the compiled pass's 1.4-1.7 ms, 3 µs against 1 µs
+    at K = 10, where compiling that pass cost a process's first solve 0.4-0.6 s
+    (``validate/bench_cold_start.py``). max |A| is ``absmax`` of A's flat view, the one
+    signature of its other calls.
+    """
+    flat = A.reshape(-1)
+    amax = absmax(flat)
+    if (A == A.T).all():  # NaN ≠ NaN: a NaN anywhere takes the full pass below, so here A is
+        return A, 0.0, amax, amax < np.inf  # finite exactly when max |A| is
+    with np.errstate(invalid="ignore", over="ignore"):
+        S = 0.5 * (A + A.T)
+        asym = float(np.max(np.abs(A - A.T)))
+    return S, asym, amax, bool(np.isfinite(flat).all())
 
 
-_qp_chol = _qp_method(True)
-_qp_lu = _qp_method(False)
+@numba.njit(cache=True)
+def _inside(x0, lo, hi, total):  # pragma: no cover - compiled
+    """Whether ``x0`` already lies in the box-simplex (Σ x0 summed in order, to 4Kε)."""
+    K = x0.shape[0]
+    inside = True
+    s0 = 0.0
+    for i in range(K):
+        inside = inside and lo[i] <= x0[i] <= hi[i]
+        s0 += x0[i]
+    return inside and abs(s0 - total) <= 4.0 * K * 2.220446049250313e-16 * total
 
 
 def _qp(A, b, amax, lo, hi, total, x0, warm, definite, check, max_iter, L, free, nf0, age0):
-    """Start (cold, warm or given), active-set loop and KKT residual in one compiled call:
-    ``_qp_chol`` for a positive definite A (``definite``), else ``_qp_lu``, each compiled only
-    when first called. Arguments and result as documented in ``_qp_method``."""
-    qp = _qp_chol if definite else _qp_lu
-    return qp(A, b, amax, lo, hi, total, x0, warm, check, max_iter, L, free, nf0, age0)
+    """Start (cold, warm or given), active-set loop and KKT residual.
+
+    ``amax`` = max |A| (from the symmetry check). ``warm``: 0 cold start, 1 project ``x0`` and
+    start there, 2 ``x0`` is already feasible (the only start for a semidefinite A, not
+    ``definite``). ``check``: prove A positive definite on a warm start (a cold start always
+    does). ``L``, ``free``, ``nf0``, ``age0``: the factor buffers of the active-set method (a
+    given factor is only used on a warm start). Returns (x, state, ν, iterations, status,
+    kkt_residual, nf, age); status 3 means A is not positive definite.
+
+    Python calls each compiled piece in turn: a compiled caller (``_qp_chol`` until issue 38)
+    linked every piece into its own module and optimised and generated its machine code again,
+    1.9-2.9 s of a process's first solve (``validate/bench_cold_start.py``), for some 2-4 µs per
+    solve more here (a warm-started K = 100 solve: 48-53 µs against 47-48 µs, 2-core host). The
+    scalar arithmetic here (the gradient's scale) is the compiled code's, IEEE float64 without
+    fast-math: the same bits.
+    """
+    K = b.shape[0]
+    if definite and warm == 1:
+        if check and not _chol_free(A, np.arange(K), K, np.empty((K, K))):
+            return _not_definite(x0, K)
+        # a start already in the box-simplex (the previous round's decision) is kept as it is
+        x = x0.copy() if _inside(x0, lo, hi, total) else _box_project(x0, lo, hi, total)
+    elif definite and warm == 0:
+        # cold start: the minimiser over {Σx = total} alone (its Cholesky factorisation of the
+        # whole of A is the positive-definiteness check), projected onto the box-simplex
+        free[:K] = np.arange(K)
+        if not _chol_free(A, free, K, L):
+            return _not_definite(x0, K)
+        sol, _ = _chol_kkt(A, b, x0, np.zeros(K, dtype=np.int64), free, K, L, total)
+        x = _box_project(sol, lo, hi, total)
+        nf0 = -1
+    else:  # x0 is a feasible start whose working set the caller gives through ``lo``/``hi``
+        x = x0.copy()
+    state, tol, bmax = _start_state(x, lo, hi, A, b, total, bool(definite and warm == 1), amax)
+    active_set = _active_set_chol if definite else _active_set_lu
+    x, state, nu, its, status, nf, age = active_set(
+        A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0
+    )
+    gscale = amax * absmax(x) + bmax
+    res = _kkt_residual(A, b, x, state, nu, lo, hi, total, gscale)
+    return x, state, nu, its, status, res, nf, age
+
+
+def _not_definite(x0, K):
+    """``_qp``'s result for an A that is not positive definite (status 3)."""
+    return x0, np.zeros(K, dtype=np.int64), 0.0, 0, 3, np.inf, -1, 0
+
+
+# Why the active-set method's compiled callees are loaded before it. Numba links a copy of each
+# callee into its caller's machine code, re-optimised there; with reassociation allowed
+# (``_REASSOC``) that copy may sum in another order than the callee's own code. Which of the two
+# a call runs is decided by which was loaded into the process first. A process that compiles
+# (an empty cache) always compiles, and so loads, a callee before its caller; a process that
+# loads them from the cache loaded the caller first, and ran its copies: AAgFF-S's decisions
+# differed in the last bits between the first run after install and every later one (176 of
+# 6244 recorded results: the FTRL rounds at K = 30 and 80; none at K ≤ 7, nor a min-norm solve).
+# Loading each callee's own code first, as compiling does, makes every process run the same
+# code: the first run's. It is done where numba looks for a new compiled version of the method
+# (its dispatcher's ``_compile_for_args``, called for argument types it has not met in this
+# process), so a solve pays nothing for it.
+def _load_chol_callees(A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0):
+    """Compile, or load from the cache, ``_active_set_chol``'s callees for these arguments."""
+    tA, tb, tx, ts, tf, tL, tt = map(numba.typeof, (A, b, x, state, free, L, total))
+    i8 = numba.types.int64
+    _chol_free.compile((tA, tf, i8, tL))
+    _chol_kkt.compile((tA, tb, tx, ts, tf, i8, tL, tt))
+    _chol_delete.compile((tf, i8, tL, i8))
+    _chol_append.compile((tA, tf, i8, tL, i8))
+
+
+def _load_lu_callees(A, b, lo, hi, total, x, state, max_iter, tol, L, free, nf0, age0):
+    """Compile, or load from the cache, ``_active_set_lu``'s callee for these arguments."""
+    tA, tb, tx, ts, tf, tt = map(numba.typeof, (A, b, x, state, free, total))
+    _bordered_kkt.compile((tA, tb, tx, ts, tf, numba.types.int64, tt))
+
+
+def _callees_first(dispatcher, load):
+    """Make ``dispatcher`` call ``load`` with the arguments of each call for which it has no
+    compiled version in this process yet, before it compiles or loads one."""
+    compile_for_args = dispatcher._compile_for_args
+
+    def _compile_for_args(*args, **kws):
+        load(*args, **kws)
+        return compile_for_args(*args, **kws)
+
+    dispatcher._compile_for_args = _compile_for_args
+
+
+_callees_first(_active_set_chol, _load_chol_callees)
+_callees_first(_active_set_lu, _load_lu_callees)

@@ -83,53 +83,30 @@ def check_box(
     return lo, hi
 
 
-@numba.njit(cache=True)
-def _box_sum(z, lo, hi, t):  # pragma: no cover - compiled
-    """S(t) = Σ_i clip(z_i − t, lo_i, hi_i), summed afresh: every term is a clipped value, so no
-    huge z_i enters the sum unless it is a free coordinate's value."""
-    acc = 0.0
-    for i in range(z.shape[0]):
-        acc += min(max(z[i] - t, lo[i]), hi[i])
-    return acc
-
-
-@numba.njit(cache=True)
-def _heap_sort(v):  # pragma: no cover - compiled
-    """Sort the finite ``v`` in place, ascending (heapsort, O(n log n)). np.sort's compiled
-    quicksort took 2-3 s of the solver's first compilation (a dozen helper functions); the
-    values sorted are the same (only zeros of either sign may trade places, and S takes the same
-    value at t = 0 and t = −0)."""
-    n = v.shape[0]
-    for start in range(n // 2 - 1, -1, -1):
-        _sift_down(v, start, n)
-    for end in range(n - 1, 0, -1):
-        top = v[0]
-        v[0] = v[end]
-        v[end] = top
-        _sift_down(v, 0, end)
-
-
-@numba.njit(cache=True, inline="always")
-def _sift_down(v, root, n):  # pragma: no cover - compiled
-    """Restore the max-heap order of v[:n] below ``root``."""
-    x = v[root]
-    i = root
-    child = 2 * i + 1
-    while child < n:
-        if child + 1 < n and v[child + 1] > v[child]:
-            child += 1
-        if not v[child] > x:
-            break
-        v[i] = v[child]
-        i = child
-        child = 2 * i + 1
-    v[i] = x
+# The kernels below are written with loops and comparisons only: numba compiles each NumPy call
+# it supports (np.max, np.zeros, np.flatnonzero, fancy indexing, a.sum(), ...) and each builtin
+# min/max as functions of their own, 0.1-0.6 s each on a process's first solve
+# (validate/bench_cold_start.py). Each replacement computes the same values: ``v if v > u else
+# u`` is numba's max(u, v) (a select on v > u), ``v if v < u else u`` its min(u, v), a running
+# sum from 0.0 in index order its a.sum(). No fast-math flags here, so the compiler may not
+# reorder any of it. They are two functions, not five: each compiled callee costs its own
+# compilation and is compiled again inside its caller, so the heapsort and the evaluation of S
+# are written inside _box_crossing and the second-level projection inside _box_project.
 
 
 @numba.njit(cache=True)
 def _box_crossing(z, lo, hi, s):  # pragma: no cover - compiled
     """(t_a, t_b): consecutive distinct breakpoints of S with S(t_a) > s ≥ S(t_b) (t_a = −inf
-    when S(first) ≤ s), by bisection with S evaluated afresh at each breakpoint."""
+    when S(first) ≤ s), by bisection with S(t) = Σ_i clip(z_i − t, lo_i, hi_i) summed afresh at
+    each breakpoint: every term is a clipped value, so no huge z_i enters the sum unless it is a
+    free coordinate's value.
+
+    The breakpoints are sorted by a heapsort (O(n log n)): np.sort's compiled quicksort took
+    2-3 s of the solver's first compilation (a dozen helper functions); the values sorted are
+    the same (only zeros of either sign may trade places, and S takes the same value at t = 0
+    and t = −0). One loop: the heap is built by sifting down from each parent (n//2 − 1 down to
+    0), then the top is swapped to the end, one position at a time, and sifted down again.
+    """
     K = z.shape[0]
     ev = np.empty(2 * K)
     ne = 0
@@ -139,54 +116,46 @@ def _box_crossing(z, lo, hi, s):  # pragma: no cover - compiled
             ne += 1
         ev[ne] = z[i] - lo[i]
         ne += 1
-    ev = ev[:ne]
-    _heap_sort(ev)
+    start = ne // 2  # heapsort of ev[:ne]
+    end = ne
+    while end > 1:
+        if start > 0:  # building the heap
+            start -= 1
+            root = start
+        else:  # taking the largest from the top
+            end -= 1
+            top = ev[0]
+            ev[0] = ev[end]
+            ev[end] = top
+            root = 0
+        x = ev[root]  # sift x down below root, within ev[:end]
+        i = root
+        child = 2 * i + 1
+        while child < end:
+            if child + 1 < end and ev[child + 1] > ev[child]:
+                child += 1
+            if not ev[child] > x:
+                break
+            ev[i] = ev[child]
+            i = child
+            child = 2 * i + 1
+        ev[i] = x
     # S(last) = Σlo ≤ s (the caller's check allows Σlo to exceed s by round-off: b is then the
     # last breakpoint).
     a, b = -1, ne - 1
     while b - a > 1:
         mid = (a + b) // 2
-        if _box_sum(z, lo, hi, ev[mid]) <= s:
+        t = ev[mid]
+        acc = 0.0
+        for i in range(K):
+            v = z[i] - t
+            v = lo[i] if lo[i] > v else v
+            acc += hi[i] if hi[i] < v else v
+        if acc <= s:
             b = mid
         else:
             a = mid
     return (ev[a] if a >= 0 else -np.inf), ev[b]
-
-
-@numba.njit(cache=True)
-def _box_free(z, lo, hi, s):  # pragma: no cover - compiled
-    """The projection for z of moderate spread: the coordinates at a bound on the crossing
-    segment, and the free ones x_i = (s − Σ_bounded)/n + (z_i − z̄_free)."""
-    K = z.shape[0]
-    t_a, t_b = _box_crossing(z, lo, hi, s)
-    x = np.empty(K)
-    free = np.zeros(K, dtype=np.bool_)
-    bounded = 0.0
-    n = 0
-    ref = 0.0
-    for i in range(K):  # the classification on the open segment (t_a, t_b)
-        if np.isfinite(hi[i]) and z[i] - hi[i] >= t_b:
-            x[i] = hi[i]
-            bounded += hi[i]
-        elif z[i] - lo[i] <= t_a:
-            x[i] = lo[i]
-            bounded += lo[i]
-        else:
-            if n == 0:
-                ref = z[i]
-            free[i] = True
-            n += 1
-    if n > 0:
-        dev = 0.0  # the mean of z over the free set, as ref + mean(z_i − ref)
-        for i in range(K):
-            if free[i]:
-                dev += z[i] - ref
-        dev /= n
-        share = (s - bounded) / n
-        for i in range(K):
-            if free[i]:
-                x[i] = min(max(share + ((z[i] - ref) - dev), lo[i]), hi[i])
-    return x
 
 
 @numba.njit(cache=True)
@@ -196,7 +165,7 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
     S(τ) = Σ_i clip(y_i − τ, lo_i, hi_i) is continuous, non-increasing and piecewise linear:
     coordinate i sits at hi_i for τ ≤ y_i − hi_i, equals y_i − τ up to τ = y_i − lo_i and sits at
     lo_i after. Bisection over the sorted breakpoints, with S summed afresh from clipped values
-    at each (``_box_sum``), finds the segment (t_a, t_b] where S crosses s at any scale of
+    at each (``_box_crossing``), finds the segment (t_a, t_b] where S crosses s at any scale of
     y. The coordinates whose value differs between t_a and t_b are the ones that move there;
     they are solved again as a box projection of y_i − max y_F with the sum left to them, so
     that their breakpoints are computed relative to each other: with y = (0.1, −0.5, 0.3, 1.2)
@@ -204,40 +173,89 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
     float, which a single sweep with running sums got wrong (Σx = 1.505).
     """
     K = y.shape[0]
-    shift = np.max(y)  # translation invariance keeps the breakpoints small
-    z = y - shift
-    big = np.finfo(np.float64).max
+    # translation invariance keeps the breakpoints small: shift by np.max(y) (the first NaN,
+    # if there is one, as np.max returns)
+    shift = y[0]
+    if not np.isnan(shift):
+        for i in range(1, K):
+            v = y[i]
+            if np.isnan(v):
+                shift = v
+                break
+            if v > shift:
+                shift = v
+    big = 1.7976931348623157e308  # np.finfo(np.float64).max
+    z = np.empty(K)
     for i in range(K):  # more than the float range below the maximum: at the lower bound
-        if z[i] < -big:
-            z[i] = -big
+        v = y[i] - shift
+        z[i] = -big if v < -big else v
     t_a, t_b = _box_crossing(z, lo, hi, s)
     x = np.empty(K)
-    moving = np.zeros(K, dtype=np.bool_)
+    idx = np.empty(K, dtype=np.int64)  # the moving coordinates, in order
     rest = s
     top = -np.inf
     m = 0
     for i in range(K):
-        va = min(max(z[i] - t_a, lo[i]), hi[i])
-        vb = min(max(z[i] - t_b, lo[i]), hi[i])
+        va = z[i] - t_a
+        va = lo[i] if lo[i] > va else va
+        va = hi[i] if hi[i] < va else va
+        vb = z[i] - t_b
+        vb = lo[i] if lo[i] > vb else vb
+        vb = hi[i] if hi[i] < vb else vb
         if va != vb:
-            moving[i] = True
-            top = max(top, z[i])
+            idx[m] = i
+            top = z[i] if z[i] > top else top
             m += 1
         else:
             x[i] = vb
             rest -= vb
     if m > 0:
-        idx = np.flatnonzero(moving)
         w = np.empty(m)
+        lw = np.empty(m)
+        hw = np.empty(m)
         for k in range(m):
             w[k] = z[idx[k]] - top
-        xf = _box_free(w, lo[idx], hi[idx], rest)
-        for k in range(m):
-            x[idx[k]] = xf[k]
+            lw[k] = lo[idx[k]]
+            hw[k] = hi[idx[k]]
+        # the moving coordinates' projection (z of moderate spread now): those at a bound on
+        # its crossing segment, and the free ones x_i = (rest − Σ_bounded)/n + (w_i − w̄_free)
+        t_a, t_b = _box_crossing(w, lw, hw, rest)
+        free = np.empty(m, dtype=np.int64)
+        bounded = 0.0
+        n = 0
+        ref = 0.0
+        for k in range(m):  # the classification on the open segment (t_a, t_b)
+            free[k] = 0
+            if np.isfinite(hw[k]) and w[k] - hw[k] >= t_b:
+                x[idx[k]] = hw[k]
+                bounded += hw[k]
+            elif w[k] - lw[k] <= t_a:
+                x[idx[k]] = lw[k]
+                bounded += lw[k]
+            else:
+                if n == 0:
+                    ref = w[k]
+                free[k] = 1
+                n += 1
+        if n > 0:
+            dev = 0.0  # the mean of w over the free set, as ref + mean(w_k − ref)
+            for k in range(m):
+                if free[k]:
+                    dev += w[k] - ref
+            dev /= n
+            share = (rest - bounded) / n
+            for k in range(m):
+                if free[k]:
+                    v = share + ((w[k] - ref) - dev)
+                    v = lw[k] if lw[k] > v else v
+                    x[idx[k]] = hw[k] if hw[k] < v else v
     # Polish: hand the residual of Σx = s to the free entries, so the result lies on the set to
     # the round-off of x itself.
     for _ in range(2):
-        res = s - x.sum()
+        sx = 0.0
+        for i in range(K):
+            sx += x[i]
+        res = s - sx
         n = 0
         for i in range(K):
             if lo[i] < x[i] < hi[i]:
@@ -246,7 +264,9 @@ def _box_project(y, lo, hi, s):  # pragma: no cover - compiled
             break
         for i in range(K):
             if lo[i] < x[i] < hi[i]:
-                x[i] = min(max(x[i] + res / n, lo[i]), hi[i])
+                v = x[i] + res / n
+                v = lo[i] if lo[i] > v else v
+                x[i] = hi[i] if hi[i] < v else v
     return x
 
 

@@ -123,8 +123,8 @@ def solve_simplex_qp(
 
     The cold start minimises over {Σx = total} alone and projects that point onto the box-simplex
     (its bounds guess the active set); ``x0`` (e.g. the previous round's solution) replaces it, and
-    a good ``x0`` usually ends the method in one or two iterations. All of it runs in one compiled
-    call.
+    a good ``x0`` usually ends the method in one or two iterations. The start, the method and the
+    KKT residual are compiled functions, called in turn.
 
     Parameters
     ----------
