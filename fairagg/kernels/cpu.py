@@ -684,87 +684,117 @@ def _prefer_512_bit_vectors(typingctx):  # pragma: no cover - compiled
 _STAGE_MIN_M = 32
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _gram_chunks(D, partial, c_lo, c_hi, wide, block, copy, out):
-    # Chunk c sums column blocks c, c + C, c + 2C, ... of ``block`` columns into partial[c]. Per
-    # block, tiles of G (rows i0.. against j0.., j0 ≥ i0) are accumulated in registers while
-    # their rows stream through the caches. Where ``wide`` (AVX-512, 512-bit vectors, 32 vector
-    # registers): 6 × 4 tiles over panels of six rows (24 FMAs per 10 loads; the panel stays in
-    # L1 across its row of tiles, ``_GRAM_BLOCK_WIDE`` columns), 6 × 1 tiles finishing a row,
-    # then 4 × 4 tiles for the rows left. Else 4 × 2 (8 FMAs per 6 loads; with 16 vector
-    # registers 4 × 4 spills and ran slower). 4 × 2 and 4 × 1 tiles finish a row of 4 × 4 or
-    # 4 × 2 tiles, and the last rows (m mod 4 of those left) are dot products one entry at a
-    # time. Entries below the diagonal that a tile touches are left to the caller to discard.
-    #
-    # From ``_STAGE_MIN_M`` rows on, the tiles read a block from ``S``, a copy of it whose rows
-    # start on 64-byte boundaries: D's rows rarely do (NumPy aligns to 16 bytes), and then every
-    # 64-byte load of a tile spans two cache lines. The values and the column index of every
-    # term are D's, so the sums are the same to the bit. ``copy``: each block of D is also
-    # written to the same columns of ``out``, a panel's rows as its row of tiles starts, by
-    # non-temporal stores (whole 64-byte lines where ``out`` is aligned) that go to memory
-    # without reading ``out`` first or taking room in the caches the tiles use (the stores
-    # spread over the tiles instead, a share before each, ran slower: they hold the line fill
-    # buffers that the tiles' loads need); a fence ends the call.
-    _prefer_512_bit_vectors()
-    m, d = D.shape
-    nblk = (d + block - 1) // block
-    nchunk = partial.shape[0]
-    line = 64 // D.itemsize
-    stage = m >= _STAGE_MIN_M
-    # S: a block and one line more per row, so that rows are not 4 KiB apart
-    width = block + line if stage else 0
-    raw = np.empty(m * width + line, D.dtype)
-    start = (-raw.ctypes.data % 64) // D.itemsize if raw.ctypes.data % D.itemsize == 0 else 0
-    S = raw[start : start + m * width].reshape((m, width))
-    for c in range(c_lo, c_hi):
-        P = partial[c]
-        for b in range(c, nblk, nchunk):
-            lo = b * block
-            hi = min(lo + block, d)
-            n = hi - lo
-            per_row = n // line + 2  # pieces of a row of the copy (see ``_copy_pieces``)
-            if stage:
-                _stage(D, S, lo, hi)
-                src, s_lo, s_hi = S, 0, n
-            else:
-                src, s_lo, s_hi = D, lo, hi
-            i0 = 0
-            while wide and i0 + 6 <= m:
+def _make_gram_chunks(wide, stage, copy):
+    """The Gram pass ``_gram_chunks(D, partial, c_lo, c_hi, block, out)`` compiled for one
+    setting of its three switches, constants of the compiled code: ``wide`` (AVX-512's 6 × 4
+    tiles, else 4 × 2), ``stage`` (the tiles read an aligned copy of each block; ``_gram`` sets
+    it from ``_STAGE_MIN_M`` rows on) and ``copy`` (D is also written to ``out``).
+
+    A process compiles only the variants it calls (issue 38 item 6, "compile only what a run
+    uses"): numba prunes the branches of a constant switch before it types and inlines them.
+    Compiling the first Gram matrix in a process with an empty cache (2-core host, one run each):
+    10.3 s for the one function with every branch, 6.5-6.9 s for the variant a FedMGDA+ run of
+    fewer than 32 clients a round calls (no copy, no staging), 9.7 s for FedFV's at 100 (both).
+    The variants compute the single function's bits: compared on the 2-core AVX-512 host, both
+    tile widths, with and without the copy, float32 and float64, 119 shapes (m = 1-131, d =
+    1-60001): 952 results, no difference. Numba's disk cache keeps each variant apart (it keys
+    a closure by the values of its cells)."""
+
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+    def _gram_chunks(D, partial, c_lo, c_hi, block, out):
+        # Chunk c sums column blocks c, c + C, c + 2C, ... of ``block`` columns into
+        # partial[c]. Per block, tiles of G (rows i0.. against j0.., j0 ≥ i0) are accumulated
+        # in registers while their rows stream through the caches. Where ``wide`` (AVX-512,
+        # 512-bit vectors, 32 vector registers): 6 × 4 tiles over panels of six rows (24 FMAs
+        # per 10 loads; the panel stays in L1 across its row of tiles, ``_GRAM_BLOCK_WIDE``
+        # columns), 6 × 1 tiles finishing a row, then 4 × 4 tiles for the rows left. Else 4 × 2
+        # (8 FMAs per 6 loads; with 16 vector registers 4 × 4 spills and ran slower). 4 × 2 and
+        # 4 × 1 tiles finish a row of 4 × 4 or 4 × 2 tiles, and the last rows (m mod 4 of those
+        # left) are dot products one entry at a time. Entries below the diagonal that a tile
+        # touches are left to the caller to discard.
+        #
+        # Where ``stage``, the tiles read a block from ``S``, a copy of it whose rows start on
+        # 64-byte boundaries: D's rows rarely do (NumPy aligns to 16 bytes), and then every
+        # 64-byte load of a tile spans two cache lines. The values and the column index of
+        # every term are D's, so the sums are the same to the bit. ``copy``: each block of D is
+        # also written to the same columns of ``out``, a panel's rows as its row of tiles
+        # starts, by non-temporal stores (whole 64-byte lines where ``out`` is aligned) that go
+        # to memory without reading ``out`` first or taking room in the caches the tiles use
+        # (the stores spread over the tiles instead, a share before each, ran slower: they hold
+        # the line fill buffers that the tiles' loads need); a fence ends the call.
+        _prefer_512_bit_vectors()
+        m, d = D.shape
+        nblk = (d + block - 1) // block
+        nchunk = partial.shape[0]
+        line = 64 // D.itemsize
+        # S: a block and one line more per row, so that rows are not 4 KiB apart
+        width = block + line if stage else 0
+        raw = np.empty(m * width + line, D.dtype)
+        start = (-raw.ctypes.data % 64) // D.itemsize if raw.ctypes.data % D.itemsize == 0 else 0
+        S = raw[start : start + m * width].reshape((m, width))
+        for c in range(c_lo, c_hi):
+            P = partial[c]
+            for b in range(c, nblk, nchunk):
+                lo = b * block
+                hi = min(lo + block, d)
+                n = hi - lo
+                per_row = n // line + 2  # pieces of a row of the copy (see ``_copy_pieces``)
+                if stage:
+                    _stage(D, S, lo, hi)
+                    src, s_lo, s_hi = S, 0, n
+                else:
+                    src, s_lo, s_hi = D, lo, hi
+                i0 = 0
+                while wide and i0 + 6 <= m:
+                    if copy:
+                        _copy_pieces(src, s_lo, out, i0 * per_row, 6 * per_row, lo, hi)
+                    j0 = i0
+                    while j0 + 4 <= m:
+                        _gram_tile6x4(src, P, i0, j0, s_lo, s_hi)
+                        j0 += 4
+                    while j0 < m:
+                        _gram_tile6x1(src, P, i0, j0, s_lo, s_hi)
+                        j0 += 1
+                    i0 += 6
+                while i0 + 4 <= m:
+                    if copy:
+                        _copy_pieces(src, s_lo, out, i0 * per_row, 4 * per_row, lo, hi)
+                    j0 = i0
+                    while wide and j0 + 4 <= m:
+                        _gram_tile4x4(src, P, i0, j0, s_lo, s_hi)
+                        j0 += 4
+                    while j0 + 2 <= m:
+                        _gram_tile4x2(src, P, i0, j0, s_lo, s_hi)
+                        j0 += 2
+                    if j0 < m:
+                        _gram_tile4x1(src, P, i0, j0, s_lo, s_hi)
+                    i0 += 4
                 if copy:
-                    _copy_pieces(src, s_lo, out, i0 * per_row, 6 * per_row, lo, hi)
-                j0 = i0
-                while j0 + 4 <= m:
-                    _gram_tile6x4(src, P, i0, j0, s_lo, s_hi)
-                    j0 += 4
-                while j0 < m:
-                    _gram_tile6x1(src, P, i0, j0, s_lo, s_hi)
-                    j0 += 1
-                i0 += 6
-            while i0 + 4 <= m:
-                if copy:
-                    _copy_pieces(src, s_lo, out, i0 * per_row, 4 * per_row, lo, hi)
-                j0 = i0
-                while wide and j0 + 4 <= m:
-                    _gram_tile4x4(src, P, i0, j0, s_lo, s_hi)
-                    j0 += 4
-                while j0 + 2 <= m:
-                    _gram_tile4x2(src, P, i0, j0, s_lo, s_hi)
-                    j0 += 2
-                if j0 < m:
-                    _gram_tile4x1(src, P, i0, j0, s_lo, s_hi)
-                i0 += 4
-            if copy:
-                _copy_pieces(src, s_lo, out, i0 * per_row, (m - i0) * per_row, lo, hi)
-            for i in range(i0, m):  # the last m mod 4 rows: one entry at a time
-                ri = src[i, s_lo:s_hi]
-                for j in range(i, m):
-                    rj = src[j, s_lo:s_hi]
-                    s = 0.0
-                    for k in range(n):
-                        s += np.float64(ri[k]) * np.float64(rj[k])
-                    P[i, j] += s
-    if copy:
-        _store_fence()
+                    _copy_pieces(src, s_lo, out, i0 * per_row, (m - i0) * per_row, lo, hi)
+                for i in range(i0, m):  # the last m mod 4 rows: one entry at a time
+                    ri = src[i, s_lo:s_hi]
+                    for j in range(i, m):
+                        rj = src[j, s_lo:s_hi]
+                        s = 0.0
+                        for k in range(n):
+                            s += np.float64(ri[k]) * np.float64(rj[k])
+                        P[i, j] += s
+        if copy:
+            _store_fence()
+
+    return _gram_chunks
+
+
+_GRAM_VARIANTS: dict = {}
+
+
+def _gram_chunks_for(wide: bool, stage: bool, copy: bool):
+    """``_make_gram_chunks(wide, stage, copy)``, made once per process."""
+    key = (bool(wide), bool(stage), bool(copy))
+    kernel = _GRAM_VARIANTS.get(key)
+    if kernel is None:
+        kernel = _GRAM_VARIANTS[key] = _make_gram_chunks(*key)
+    return kernel
 
 
 def gram(deltas: np.ndarray) -> np.ndarray:
@@ -798,8 +828,9 @@ def _gram(deltas: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     partial = np.zeros((nchunk, m, m))
     copy = out is not None
     dst = deltas if out is None else out  # not written unless ``copy``
+    kernel = _gram_chunks_for(wide, m >= _STAGE_MIN_M, copy)
     _share(
-        lambda lo, hi: _gram_chunks(deltas, partial, lo, hi, wide, block, copy, dst),
+        lambda lo, hi: kernel(deltas, partial, lo, hi, block, dst),
         nchunk,
         m * (m + 1) // 2 * d,
     )
