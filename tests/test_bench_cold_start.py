@@ -40,6 +40,8 @@ def test_the_cold_run_compiles_and_the_warm_run_loads_the_cache(afl_run):
     assert "batch_loss_grad" in r["longest"]
     cold, warm, extra = float(r["t_cold_s"]), float(r["t_warm_s"]), float(r["one_off_s"])
     assert math.isclose(extra, cold - warm, rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(float(r["extra_over_warm"]), extra / warm, rel_tol=1e-9)
+    assert r["load"] == "idle"  # the default --load
     assert r["meets_target"] == str(extra <= float(r["target_s"]))
     assert float(r["target_s"]) == 4.0  # issue 38 item 6
     assert int(r["compiled"]) > 0 and r["float32"] == "False"
@@ -58,6 +60,57 @@ def test_a_failing_run_is_reported_with_its_error(tmp_path):
     bench = load_script("bench_cold_start")
     with pytest.raises(RuntimeError, match="fairagg run --rule no-such-rule failed"):
         bench.main(["--rules", "no-such-rule", "--out", str(tmp_path)])
+
+
+def test_load_both_measures_every_rule_idle_then_beside_a_spinner(tmp_path, monkeypatch, capsys):
+    # the wiring of --load, with the measurement replaced: each (rule, load) measured once, the
+    # spinner running exactly while the busy rows are measured, the rows and printed lines
+    # labelled by load; a failing measurement stops the spinner
+    from tests.test_bench_load import spinners
+
+    bench = load_script("bench_cold_start")
+    seen = []
+
+    def fake_measure(rule, repeats, backend="default", load="idle"):
+        seen.append((rule, load, len(spinners())))
+        if rule == "fails":
+            raise RuntimeError("fairagg run --rule fails failed")
+        own = {"by_module": "models 1.00", "longest": "k 1.00", "repeated": ""}
+        return {
+            "load": load,
+            "rule": rule,
+            "backend": backend,
+            "repeats": repeats,
+            "t_cold_s": 3.0,
+            "t_warm_s": 2.0,
+            "one_off_s": 1.0,
+            "extra_over_warm": 0.5,
+            "compile_s": 1.0,
+            "warm_compile_s": 0.0,
+            "target_s": 4.0,
+            "meets_target": True,
+            "compiled": 3,
+            "float32": False,
+            **own,
+        }
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    args = ["--rules", "fedavg,afl", "--backends", "default", "--load", "both"]
+    assert bench.main([*args, "--out", str(tmp_path)]) == 0
+    assert seen == [
+        ("fedavg", "idle", 0),
+        ("afl", "idle", 0),
+        ("fedavg", "busy", 1),
+        ("afl", "busy", 1),
+    ]
+    assert spinners() == []
+    rows = csv_rows(tmp_path / "bench_cold_start.csv")
+    assert [(r["rule"], r["load"]) for r in rows] == [(r, load) for r, load, _ in seen]
+    printed = capsys.readouterr().out
+    assert "[idle] fedavg" in printed and "[busy] afl" in printed
+    with pytest.raises(RuntimeError, match="fails failed"):
+        bench.main(["--rules", "fails", "--load", "busy", "--out", str(tmp_path)])
+    assert seen[-1] == ("fails", "busy", 1) and spinners() == []
 
 
 @pytest.fixture(scope="module")

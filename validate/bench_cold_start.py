@@ -28,9 +28,15 @@ way until issue 22. The column should stay empty.
 Both processes run on whatever cores the machine has (no thread setting), and are timed from their
 start to their exit: the time a user waits. Compile time is CPU-bound and a busy machine stretches
 it; compare rows of one run. The runs' own output goes to a temporary folder, removed afterwards.
+Beside the seconds, ``extra / warm`` is the one-off cost as a multiple of the warm run measured
+in the same pair, which moves less with the host's speed than the seconds do.
+
+``--load`` ``idle`` (default), ``busy`` (beside a process this benchmark starts spinning on one
+core) or ``both``: every rule and backend measured under each load in turn, the table printed per
+load, its lines labelled ``[idle]`` / ``[busy]``, and a ``load`` column in the CSV and JSON.
 
 Run: ``python validate/bench_cold_start.py [--rules fedavg,fedmgda] [--backends default,numpy]
-[--repeats N] [--out DIR]``; writes ``DIR/bench_cold_start.{csv,json,png}`` (default
+[--repeats N] [--load L] [--out DIR]``; writes ``DIR/bench_cold_start.{csv,json,png}`` (default
 ``runs/bench``).
 """
 
@@ -49,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench import write_results  # noqa: E402
+from _bench import add_load_argument, loads, write_results  # noqa: E402
 from _output import log  # noqa: E402
 
 NAME = "bench_cold_start"
@@ -179,7 +185,7 @@ def run_once(rule: str, cache: Path, work: Path, tag: str, backend: str = "defau
     return result | {"wall_s": wall}
 
 
-def measure(rule: str, repeats: int, backend: str = "default") -> dict:
+def measure(rule: str, repeats: int, backend: str = "default", load: str = "idle") -> dict:
     """Median cold and warm wall times of ``rule`` over ``repeats`` cold/warm pairs, each pair
     with a new, empty cache."""
     cold, warm, compile_s, warm_compile_s, ncompiled = [], [], [], [], []
@@ -206,12 +212,14 @@ def measure(rule: str, repeats: int, backend: str = "default") -> dict:
     t_cold, t_warm = statistics.median(cold), statistics.median(warm)
     top = sorted(own.items(), key=lambda kv: -kv[1])[:3]
     return {
+        "load": load,
         "rule": rule,
         "backend": backend,
         "repeats": repeats,
         "t_cold_s": t_cold,
         "t_warm_s": t_warm,
         "one_off_s": t_cold - t_warm,
+        "extra_over_warm": (t_cold - t_warm) / t_warm,
         "compile_s": statistics.median(compile_s),
         "warm_compile_s": statistics.median(warm_compile_s),
         "target_s": TARGET_S,
@@ -233,7 +241,8 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(rows) + 2.0))
-    names = [f"{r['rule']} ({r['backend']})" for r in rows]
+    loaded = len({r["load"] for r in rows}) > 1
+    names = [f"{r['rule']} ({r['backend']}{', ' + r['load'] if loaded else ''})" for r in rows]
     warm = [r["t_warm_s"] for r in rows]
     extra = [r["one_off_s"] for r in rows]
     ax.barh(names, warm, color="#4c72b0", label="warm run")
@@ -248,6 +257,29 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def print_table(rows: list[dict], load: str) -> None:
+    """The table of one load's rows, each line labelled with the load."""
+    tag = f"[{load}]"
+    cpus = os.cpu_count()
+    print(f"\n{tag} First `fairagg run --rounds 2` after install against a warm run ({cpus} CPUs)")
+    print(
+        f"{tag} {'rule':10} {'backend':8} {'cold s':>7} {'warm s':>7} {'extra s':>8} "
+        f"{'extra/warm':>10} {'compile s':>9} {'fns':>4}  target"
+    )
+    for r in rows:
+        mark = "PASS" if r["meets_target"] else "MISS"
+        print(
+            f"{tag} {r['rule']:10} {r['backend']:8} {r['t_cold_s']:7.2f} {r['t_warm_s']:7.2f} "
+            f"{r['one_off_s']:8.2f} {r['extra_over_warm']:10.2f} {r['compile_s']:9.2f} "
+            f"{r['compiled']:4d}  <= {TARGET_S:g} s {mark}   by module: {r['by_module']}   "
+            f"longest: {r['longest']}"
+        )
+    twice = [f"{r['rule']}: {r['repeated']}" for r in rows if r["repeated"]]
+    print(f"{tag} compiled more than once: " + ("; ".join(twice) if twice else "none"))
+    f32 = [f"{r['rule']} ({r['backend']})" for r in rows if r["float32"]]
+    print(f"{tag} compiled for float32: " + ("; ".join(f32) if f32 else "none"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,34 +298,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeats", type=int, default=1, help="cold/warm pairs per rule (median)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
+    add_load_argument(ap)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     rules = [r.strip() for r in args.rules.split(",") if r.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     rows = []
-    for rule in rules:
-        for backend in backends:
-            log(f"{rule} ({backend}): cold and warm runs ...")
-            rows.append(measure(rule, args.repeats, backend))
-    cpus = os.cpu_count()
-    print(f"\nFirst `fairagg run --rounds 2` after install against a warm run ({cpus} CPUs)")
-    print(
-        f"{'rule':10} {'backend':8} {'cold s':>7} {'warm s':>7} {'extra s':>8} {'compile s':>9} "
-        f"{'fns':>4}  target"
-    )
-    for r in rows:
-        mark = "PASS" if r["meets_target"] else "MISS"
-        print(
-            f"{r['rule']:10} {r['backend']:8} {r['t_cold_s']:7.2f} {r['t_warm_s']:7.2f} "
-            f"{r['one_off_s']:8.2f} {r['compile_s']:9.2f} {r['compiled']:4d}  <= {TARGET_S:g} s "
-            f"{mark}   by module: {r['by_module']}   longest: {r['longest']}"
-        )
-    twice = [f"{r['rule']}: {r['repeated']}" for r in rows if r["repeated"]]
-    print("compiled more than once: " + ("; ".join(twice) if twice else "none"))
-    f32 = [f"{r['rule']} ({r['backend']})" for r in rows if r["float32"]]
-    print("compiled for float32: " + ("; ".join(f32) if f32 else "none"))
-    meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    for load in loads(args.load):
+        part = []
+        for rule in rules:
+            for backend in backends:
+                log(f"[{load}] {rule} ({backend}): cold and warm runs ...")
+                part.append(measure(rule, args.repeats, backend, load))
+        print_table(part, load)
+        rows += part
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "load": args.load,
+    }
     write_results(args.out, NAME, rows, meta)
     plot(rows, args.out / f"{NAME}.png")
     print(f"wrote {args.out}/{NAME}.csv, .json and .png")
