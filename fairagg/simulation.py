@@ -29,8 +29,11 @@ types (``fairagg._checkpoint``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba.core import event as numba_event
 
 from ._checkpoint import (
     STATE_TYPES,
@@ -635,7 +639,8 @@ def simulate(
     callback : callable, optional
         Called with the history after every round.
     progress : bool
-        Show a progress bar on standard error.
+        Show a progress bar on standard error and, if the run compiles fairagg's Numba kernels
+        (the first run on a machine: tens of seconds), a line saying so, once per process.
     parallel : bool
         Train the selected clients in parallel threads.
     checkpoint : str or Path, optional
@@ -679,6 +684,21 @@ def simulate(
     history = History() if history is None else history
     saver = _Checkpoints(checkpoint, resume)
     run = _Run(rule, model, data, config, history, training, parallel=parallel)
+    with _CompileNotice() if progress else contextlib.nullcontext():
+        return _run_rounds(run, saver, theta, progress, callback)
+
+
+def _run_rounds(
+    run: _Run,
+    saver: _Checkpoints,
+    theta: np.ndarray,
+    progress: bool,
+    callback: Callable[[History], None] | None,
+) -> History:
+    """``simulate``'s rounds: begin or resume ``run``, then round after round with the progress
+    bar, the callback and the checkpoints; on any exception the history keeps the completed
+    rounds and says why it stopped."""
+    history = run.history
     saver.start(run, theta)  # begin at round 0, or restore the checkpoint's round
     bar = _ProgressBar(run) if progress else None
     try:
@@ -789,6 +809,52 @@ class _Checkpoints:
         except Exception as err:  # noqa: BLE001 - keep the original error
             if hasattr(exc, "add_note"):
                 exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
+
+
+class _CompileNotice:
+    """While a run shows a progress bar: says once per process on standard error, as the first
+    of fairagg's Numba kernels starts compiling, why the run is slow to start (a run that finds
+    them in Numba's cache compiles nothing and says nothing)."""
+
+    MESSAGE = (
+        "fairagg: compiling its Numba kernels for this machine (the first run after install; "
+        "this takes tens of seconds, and later runs load them from Numba's cache)"
+    )
+    said = False  # in this process
+    _lock = threading.Lock()
+
+    def __enter__(self) -> _CompileNotice:
+        self._listener = _CompileListener(self)
+        numba_event.register("numba:compile", self._listener)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        numba_event.unregister("numba:compile", self._listener)
+
+    def compiling(self, module: str) -> None:
+        if not module.startswith("fairagg"):
+            return
+        with _CompileNotice._lock:
+            if _CompileNotice.said:
+                return
+            _CompileNotice.said = True
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.MESSAGE, file=sys.stderr)
+
+
+class _CompileListener(numba_event.Listener):
+    """Tells a ``_CompileNotice`` of each compilation Numba starts."""
+
+    def __init__(self, notice: _CompileNotice) -> None:
+        self.notice = notice
+
+    def on_start(self, event: Any) -> None:
+        fn = getattr(event.data.get("dispatcher"), "py_func", None)
+        self.notice.compiling(getattr(fn, "__module__", "") or "")
+
+    def on_end(self, event: Any) -> None:
+        pass
 
 
 class _ProgressBar:

@@ -562,3 +562,52 @@ def test_a_failure_while_recording_a_round_checkpoints_the_round_before(
     assert saved["counts"].sum() == 3  # one round of 3 clients
     resumed = simulate("fedfa", model, data, rounds=3, checkpoint=ckpt, resume=True, **kw)
     _same_history(resumed, whole)
+
+
+def _compiled_in(module: str):
+    """A new Numba function whose Python function says it belongs to ``module``: calling it
+    starts a compilation (no cache)."""
+    import numba
+
+    def plus_one(x):
+        return x + 1
+
+    plus_one.__module__ = module
+    return numba.njit(plus_one)
+
+
+def test_a_run_with_a_progress_bar_says_once_why_it_compiles(model, data, capsys, monkeypatch):
+    # The first run after install spends its first round compiling: a run with a progress bar
+    # says so once per process, when the first of fairagg's kernels starts compiling (not for
+    # another package's, and not in a run without the bar); the bar then counts the rounds.
+    from fairagg import simulation
+
+    monkeypatch.setattr(simulation._CompileNotice, "said", False)
+
+    def compile_after(module, rounds):
+        def callback(history):
+            if history.num_rounds in rounds:
+                _compiled_in(module)(1)
+
+        return callback
+
+    _run(fedavg(), model, data, callback=compile_after("fairagg.probe", {1}))
+    _run(fedavg(), model, data, progress=True, callback=compile_after("numpy.probe", {1}))
+    assert simulation._CompileNotice.MESSAGE not in capsys.readouterr().err
+    h = _run(fedavg(), model, data, progress=True, callback=compile_after("fairagg.probe", {1, 3}))
+    err = capsys.readouterr().err
+    assert err.count(simulation._CompileNotice.MESSAGE) == 1
+    assert f"{ROUNDS}/{ROUNDS}" in err and h.status == "completed"
+    _run(fedavg(), model, data, progress=True, callback=compile_after("fairagg.probe", {2}))
+    assert simulation._CompileNotice.MESSAGE not in capsys.readouterr().err  # said already
+    # the listener is gone after the run, also after a failing one
+    from numba.core import event
+
+    def fail(history):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(fedavg(), model, data, progress=True, callback=fail)
+    assert not any(
+        isinstance(x, simulation._CompileListener) for x in event._registered["numba:compile"]
+    )
