@@ -684,24 +684,32 @@ def _prefer_512_bit_vectors(typingctx):  # pragma: no cover - compiled
 _STAGE_MIN_M = 32
 
 
-def _make_gram_chunks(wide, stage, copy):
-    """The Gram pass ``_gram_chunks(D, partial, c_lo, c_hi, block, out)`` compiled for one
-    setting of its three switches, constants of the compiled code: ``wide`` (AVX-512's 6 × 4
-    tiles, else 4 × 2), ``stage`` (the tiles read an aligned copy of each block; ``_gram`` sets
-    it from ``_STAGE_MIN_M`` rows on) and ``copy`` (D is also written to ``out``).
+def _make_gram_chunks(plain: bool):
+    """The Gram pass ``_gram_chunks(D, partial, c_lo, c_hi, wide, block, stage, copy, out)``,
+    compiled whole, or ``plain``: without its staging and copy branches, for ``stage`` and
+    ``copy`` both false (``_gram`` picks it then). ``wide`` (AVX-512's 6 × 4 tiles, else 4 × 2)
+    stays an argument: it is the same on every call of a host. ``stage``: the tiles read an
+    aligned copy of each block (``_gram`` sets it from ``_STAGE_MIN_M`` rows on); ``copy``: D is
+    also written to ``out``.
 
-    A process compiles only the variants it calls (issue 38 item 6, "compile only what a run
-    uses"): numba prunes the branches of a constant switch before it types and inlines them.
-    Compiling the first Gram matrix in a process with an empty cache (2-core host, one run each):
-    10.3 s for the one function with every branch, 6.5-6.9 s for the variant a FedMGDA+ run of
-    fewer than 32 clients a round calls (no copy, no staging), 9.7 s for FedFV's at 100 (both).
-    The variants compute the single function's bits: compared on the 2-core AVX-512 host, both
+    A process compiles only the version it calls (issue 38 item 6, "compile only what a run
+    uses"): in the plain one ``may_stage`` and ``may_copy`` are constants, and numba prunes the
+    branches they guard before it types and inlines them. Compiling the first Gram matrix in a
+    process with an empty cache (2-core host, two runs each, interleaved with the single function
+    of before): the plain version 4.0-4.2 s against 6.0-6.4 s, which a FedMGDA+ run of fewer than
+    32 clients a round calls; the whole one as before (6.4-7.7 s against 6.2-7.1 s, with the
+    copy at m = 100).
+    Both compute the bits the one function did before: compared on the 2-core AVX-512 host, both
     tile widths, with and without the copy, float32 and float64, 119 shapes (m = 1-131, d =
-    1-60001): 952 results, no difference. Numba's disk cache keeps each variant apart (it keys
-    a closure by the values of its cells)."""
+    1-60001), 952 results, no difference. Only these two versions: one per setting of all three
+    switches, tried first, made the Gram tests of ``tests/test_kernels.py`` compile 42 s of CPU
+    more from an empty cache (101 s against 59 s), since the tests meet every setting; with two,
+    2-6 s more. Numba's disk cache keeps the two apart (it keys a closure by the values of its
+    cells)."""
+    may_stage = may_copy = not plain
 
     @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-    def _gram_chunks(D, partial, c_lo, c_hi, block, out):
+    def _gram_chunks(D, partial, c_lo, c_hi, wide, block, stage, copy, out):
         # Chunk c sums column blocks c, c + C, c + 2C, ... of ``block`` columns into
         # partial[c]. Per block, tiles of G (rows i0.. against j0.., j0 ≥ i0) are accumulated
         # in registers while their rows stream through the caches. Where ``wide`` (AVX-512,
@@ -728,7 +736,7 @@ def _make_gram_chunks(wide, stage, copy):
         nchunk = partial.shape[0]
         line = 64 // D.itemsize
         # S: a block and one line more per row, so that rows are not 4 KiB apart
-        width = block + line if stage else 0
+        width = block + line if may_stage and stage else 0
         raw = np.empty(m * width + line, D.dtype)
         start = (-raw.ctypes.data % 64) // D.itemsize if raw.ctypes.data % D.itemsize == 0 else 0
         S = raw[start : start + m * width].reshape((m, width))
@@ -739,14 +747,14 @@ def _make_gram_chunks(wide, stage, copy):
                 hi = min(lo + block, d)
                 n = hi - lo
                 per_row = n // line + 2  # pieces of a row of the copy (see ``_copy_pieces``)
-                if stage:
+                if may_stage and stage:
                     _stage(D, S, lo, hi)
                     src, s_lo, s_hi = S, 0, n
                 else:
                     src, s_lo, s_hi = D, lo, hi
                 i0 = 0
                 while wide and i0 + 6 <= m:
-                    if copy:
+                    if may_copy and copy:
                         _copy_pieces(src, s_lo, out, i0 * per_row, 6 * per_row, lo, hi)
                     j0 = i0
                     while j0 + 4 <= m:
@@ -757,7 +765,7 @@ def _make_gram_chunks(wide, stage, copy):
                         j0 += 1
                     i0 += 6
                 while i0 + 4 <= m:
-                    if copy:
+                    if may_copy and copy:
                         _copy_pieces(src, s_lo, out, i0 * per_row, 4 * per_row, lo, hi)
                     j0 = i0
                     while wide and j0 + 4 <= m:
@@ -769,7 +777,7 @@ def _make_gram_chunks(wide, stage, copy):
                     if j0 < m:
                         _gram_tile4x1(src, P, i0, j0, s_lo, s_hi)
                     i0 += 4
-                if copy:
+                if may_copy and copy:
                     _copy_pieces(src, s_lo, out, i0 * per_row, (m - i0) * per_row, lo, hi)
                 for i in range(i0, m):  # the last m mod 4 rows: one entry at a time
                     ri = src[i, s_lo:s_hi]
@@ -779,7 +787,7 @@ def _make_gram_chunks(wide, stage, copy):
                         for k in range(n):
                             s += np.float64(ri[k]) * np.float64(rj[k])
                         P[i, j] += s
-        if copy:
+        if may_copy and copy:
             _store_fence()
 
     return _gram_chunks
@@ -788,12 +796,11 @@ def _make_gram_chunks(wide, stage, copy):
 _GRAM_VARIANTS: dict = {}
 
 
-def _gram_chunks_for(wide: bool, stage: bool, copy: bool):
-    """``_make_gram_chunks(wide, stage, copy)``, made once per process."""
-    key = (bool(wide), bool(stage), bool(copy))
-    kernel = _GRAM_VARIANTS.get(key)
+def _gram_chunks_for(plain: bool):
+    """``_make_gram_chunks(plain)``, made once per process."""
+    kernel = _GRAM_VARIANTS.get(bool(plain))
     if kernel is None:
-        kernel = _GRAM_VARIANTS[key] = _make_gram_chunks(*key)
+        kernel = _GRAM_VARIANTS[bool(plain)] = _make_gram_chunks(bool(plain))
     return kernel
 
 
@@ -828,9 +835,10 @@ def _gram(deltas: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     partial = np.zeros((nchunk, m, m))
     copy = out is not None
     dst = deltas if out is None else out  # not written unless ``copy``
-    kernel = _gram_chunks_for(wide, m >= _STAGE_MIN_M, copy)
+    stage = m >= _STAGE_MIN_M
+    kernel = _gram_chunks_for(not (stage or copy))
     _share(
-        lambda lo, hi: kernel(deltas, partial, lo, hi, block, dst),
+        lambda lo, hi: kernel(deltas, partial, lo, hi, wide, block, stage, copy, dst),
         nchunk,
         m * (m + 1) // 2 * d,
     )
