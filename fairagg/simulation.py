@@ -639,8 +639,9 @@ def simulate(
     callback : callable, optional
         Called with the history after every round.
     progress : bool
-        Show a progress bar on standard error and, if the run compiles fairagg's Numba kernels
-        (the first run on a machine: tens of seconds), a line saying so, once per process.
+        Show a progress bar on standard error and, if the run compiles fairagg's Numba CPU
+        kernels (the first run on a machine: tens of seconds), a line saying so, once per
+        process.
     parallel : bool
         Train the selected clients in parallel threads.
     checkpoint : str or Path, optional
@@ -813,8 +814,10 @@ class _Checkpoints:
 
 class _CompileNotice:
     """While a run shows a progress bar: says once per process on standard error, as the first
-    of fairagg's Numba kernels starts compiling, why the run is slow to start (a run that finds
-    them in Numba's cache compiles nothing and says nothing)."""
+    of fairagg's Numba CPU kernels starts compiling, why the run is slow to start (a run that
+    finds them in Numba's cache compiles nothing and says nothing). numba-cuda reports its
+    kernels' compilations through a registry of its own, not listened to here: on a GPU the
+    line comes from the CPU kernels (local training), which every run compiles too."""
 
     MESSAGE = (
         "fairagg: compiling its Numba kernels for this machine (the first run after install; "
@@ -832,15 +835,21 @@ class _CompileNotice:
         numba_event.unregister("numba:compile", self._listener)
 
     def compiling(self, module: str) -> None:
+        """Numba starts compiling a function of ``module``. Runs inside numba's compilation:
+        a failure to write the line (a closed or missing stderr) is dropped, never raised into
+        the compilation, which would fail the run."""
         if not module.startswith("fairagg"):
             return
         with _CompileNotice._lock:
             if _CompileNotice.said:
                 return
             _CompileNotice.said = True
-        from tqdm.auto import tqdm
+        try:
+            from tqdm.auto import tqdm
 
-        tqdm.write(self.MESSAGE, file=sys.stderr)
+            tqdm.write(self.MESSAGE, file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a message only
+            pass
 
 
 class _CompileListener(numba_event.Listener):

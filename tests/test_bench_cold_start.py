@@ -150,7 +150,8 @@ def test_a_fedmgda_step_compiles_only_what_it_uses(fedmgda_step):
     assert s["at_import"] == 0
     assert not {"_qp_chol", "_qp_lu", "_active_set_lu", "_bordered_kkt"} & set(names), names
     assert not {"_symmetrize", "all_finite"} & set(names), names
-    assert {"_active_set_chol", "_gram_chunks", "_box_crossing"} <= set(names), names
+    assert {"_active_set_chol", "_gram_chunks_plain", "_box_crossing"} <= set(names), names
+    assert "_gram_chunks_whole" not in names  # 6 clients, no copy: the Gram pass's plain version
     assert not {"_heap_sort", "_box_free", "_box_sum"} & set(names), names
     assert not s["float32"] and not any("float32" in args for _, args in s["compiled"])
     assert s["repeated"] == []

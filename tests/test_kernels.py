@@ -429,24 +429,26 @@ def test_numba_gram_and_copy_at_every_alignment(m, wide, dtype, monkeypatch):
         assert np.isnan(sink[:first]).all() and np.isnan(sink[first + m * d :]).all()
 
 
-def test_numba_gram_kernel_asks_for_512_bit_vectors():
+@pytest.mark.parametrize("plain", [True, False])
+def test_numba_gram_kernel_asks_for_512_bit_vectors(plain):
     """The Gram kernel's compiled function carries LLVM's "prefer-vector-width"="512" (on
     AVX-512 hosts its 6 × 4 tiles then run on 512-bit registers, twice the 256-bit default's
     width); the hint is dropped silently if llvmlite refuses it, which this test would show.
     The plain version has no copy in it: its ``may_copy`` is a constant, so its copy branches
-    (non-temporal stores) are never compiled (what makes it compile faster)."""
+    (non-temporal stores) are never compiled (what makes it compile faster); the whole version
+    has them."""
     import numba
 
     from fairagg.kernels import cpu
 
     # a fresh compilation of the same function: numba does not show the IR of cached code
-    kernel = cpu._gram_chunks_for(plain=True)
+    kernel = cpu._gram_chunks_for(plain=plain)
     fresh = numba.njit(nogil=True, fastmath={"reassoc", "contract"})(kernel.py_func)
     D = np.ones((2, 3))
     fresh(D, np.zeros((1, 2, 2)), 0, 1, True, 512, False, False, D)
     ir = "".join(fresh.inspect_llvm().values())
     assert '"prefer-vector-width"="512"' in ir
-    assert "!nontemporal" not in ir
+    assert ("!nontemporal" in ir) == (not plain)
 
 
 @pytest.mark.parametrize("shape", [(512, 1), (513, 7), (1000, 300), (515, 32768), (512, 32769)])

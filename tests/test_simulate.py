@@ -611,3 +611,13 @@ def test_a_run_with_a_progress_bar_says_once_why_it_compiles(model, data, capsys
     assert not any(
         isinstance(x, simulation._CompileListener) for x in event._registered["numba:compile"]
     )
+    # a message that cannot be written is dropped, not raised into the compilation
+    import tqdm.auto
+
+    def broken(*args, **kwargs):
+        raise OSError("stderr is closed")
+
+    monkeypatch.setattr(simulation._CompileNotice, "said", False)
+    monkeypatch.setattr(tqdm.auto.tqdm, "write", broken)
+    h = _run(fedavg(), model, data, progress=True, callback=compile_after("fairagg.probe", {1}))
+    assert h.status == "completed" and simulation._CompileNotice.said

@@ -704,11 +704,10 @@ def _make_gram_chunks(plain: bool):
     1-60001), 952 results, no difference. Only these two versions: one per setting of all three
     switches, tried first, made the Gram tests of ``tests/test_kernels.py`` compile 42 s of CPU
     more from an empty cache (101 s against 59 s), since the tests meet every setting; with two,
-    2-6 s more. Numba's disk cache keeps the two apart (it keys a closure by the values of its
-    cells)."""
+    2-6 s more. Numba's disk cache keeps the two apart (each version has a name of its own, and
+    numba keys a closure by the values of its cells too)."""
     may_stage = may_copy = not plain
 
-    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
     def _gram_chunks(D, partial, c_lo, c_hi, wide, block, stage, copy, out):
         # Chunk c sums column blocks c, c + C, c + 2C, ... of ``block`` columns into
         # partial[c]. Per block, tiles of G (rows i0.. against j0.., j0 ≥ i0) are accumulated
@@ -790,18 +789,22 @@ def _make_gram_chunks(plain: bool):
         if may_copy and copy:
             _store_fence()
 
-    return _gram_chunks
+    # a name of its own per version: numba's compile events and its cache index files tell the
+    # two apart by it
+    _gram_chunks.__name__ = _gram_chunks.__qualname__ = (
+        "_gram_chunks_plain" if plain else "_gram_chunks_whole"
+    )
+    return njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})(_gram_chunks)
 
 
-_GRAM_VARIANTS: dict = {}
+# made at import, compiled at their first call (a dispatcher compiles nothing before)
+_GRAM_PLAIN = _make_gram_chunks(True)
+_GRAM_WHOLE = _make_gram_chunks(False)
 
 
 def _gram_chunks_for(plain: bool):
-    """``_make_gram_chunks(plain)``, made once per process."""
-    kernel = _GRAM_VARIANTS.get(bool(plain))
-    if kernel is None:
-        kernel = _GRAM_VARIANTS[bool(plain)] = _make_gram_chunks(bool(plain))
-    return kernel
+    """The Gram pass without (``plain``) or with its staging and copy branches."""
+    return _GRAM_PLAIN if plain else _GRAM_WHOLE
 
 
 def gram(deltas: np.ndarray) -> np.ndarray:
