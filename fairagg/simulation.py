@@ -812,12 +812,13 @@ class _Checkpoints:
                 exc.add_note(f"fairagg: the checkpoint could not be written: {err}")
 
 
-class _CompileNotice:
-    """While a run shows a progress bar: says once per process on standard error, as the first
-    of fairagg's Numba CPU kernels starts compiling, why the run is slow to start (a run that
-    finds them in Numba's cache compiles nothing and says nothing). numba-cuda reports its
-    kernels' compilations through a registry of its own, not listened to here: on a GPU the
-    line comes from the CPU kernels (local training), which every run compiles too."""
+class _CompileNotice(numba_event.Listener):
+    """While a run shows a progress bar (a context manager around it, listening to Numba's
+    compile events): says once per process on standard error, as the first of fairagg's Numba
+    CPU kernels starts compiling, why the run is slow to start (a run that finds them in Numba's
+    cache compiles nothing and says nothing). numba-cuda reports its kernels' compilations
+    through a registry of its own, not listened to here: on a GPU the line comes from the CPU
+    kernels (local training), which every run compiles too."""
 
     MESSAGE = (
         "fairagg: compiling its Numba kernels for this machine (the first run after install; "
@@ -827,18 +828,18 @@ class _CompileNotice:
     _lock = threading.Lock()
 
     def __enter__(self) -> _CompileNotice:
-        self._listener = _CompileListener(self)
-        numba_event.register("numba:compile", self._listener)
+        numba_event.register("numba:compile", self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        numba_event.unregister("numba:compile", self._listener)
+        numba_event.unregister("numba:compile", self)
 
-    def compiling(self, module: str) -> None:
-        """Numba starts compiling a function of ``module``. Runs inside numba's compilation:
-        a failure to write the line (a closed or missing stderr) is dropped, never raised into
-        the compilation, which would fail the run."""
-        if not module.startswith("fairagg"):
+    def on_start(self, event: Any) -> None:
+        """Numba starts a compilation. This runs inside it: a failure to write the line (a
+        closed or missing stderr) is dropped, never raised into the compilation, which would
+        fail the run."""
+        fn = getattr(event.data.get("dispatcher"), "py_func", None)
+        if not (getattr(fn, "__module__", "") or "").startswith("fairagg"):
             return
         with _CompileNotice._lock:
             if _CompileNotice.said:
@@ -850,17 +851,6 @@ class _CompileNotice:
             tqdm.write(self.MESSAGE, file=sys.stderr)
         except Exception:  # noqa: BLE001 - a message only
             pass
-
-
-class _CompileListener(numba_event.Listener):
-    """Tells a ``_CompileNotice`` of each compilation Numba starts."""
-
-    def __init__(self, notice: _CompileNotice) -> None:
-        self.notice = notice
-
-    def on_start(self, event: Any) -> None:
-        fn = getattr(event.data.get("dispatcher"), "py_func", None)
-        self.notice.compiling(getattr(fn, "__module__", "") or "")
 
     def on_end(self, event: Any) -> None:
         pass

@@ -609,7 +609,7 @@ def test_a_run_with_a_progress_bar_says_once_why_it_compiles(model, data, capsys
     with pytest.raises(KeyboardInterrupt):
         _run(fedavg(), model, data, progress=True, callback=fail)
     assert not any(
-        isinstance(x, simulation._CompileListener) for x in event._registered["numba:compile"]
+        isinstance(x, simulation._CompileNotice) for x in event._registered["numba:compile"]
     )
     # a message that cannot be written is dropped, not raised into the compilation
     import tqdm.auto
